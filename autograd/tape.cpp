@@ -1,0 +1,154 @@
+#include "autograd/tape.h"
+
+#include "ops/ops.h"
+
+namespace tcn::autograd {
+
+namespace {
+
+struct Slot {
+  std::shared_ptr<AutogradMeta> meta;  // null: this input needs no gradient
+  Shape shape;
+  TensorOptions options;
+};
+
+struct Node {
+  const char* name;
+  std::vector<Slot> inputs;
+  std::vector<Slot> outputs;
+  BackwardFn backward;
+};
+
+struct Tape {
+  std::vector<Node> nodes;
+  uint64_t epoch = 1;  // bumped each time the tape is freed
+  bool grad_enabled = true;
+};
+
+Tape& tape() {
+  thread_local Tape t;
+  return t;
+}
+
+Slot slot_of(const Tensor& t) {
+  return Slot{t.impl().autograd, t.shape(), t.options()};
+}
+
+// Sums g into a slot. A leaf's .grad() must be a tensor the leaf owns alone
+// (optimizers and clipping update it in place), so the first gradient stored
+// there is copied unless nothing else holds it.
+void accumulate(AutogradMeta& meta, Tensor g) {
+  if (!meta.grad.defined()) {
+    bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                     g.is_contiguous() && g.offset() == 0;
+    meta.grad = (meta.is_leaf && !exclusive) ? clone(g) : std::move(g);
+  } else if (meta.is_leaf) {
+    add_(meta.grad, g);
+  } else {
+    meta.grad = add(meta.grad, g);
+  }
+}
+
+}  // namespace
+
+bool grad_enabled() { return tape().grad_enabled; }
+
+NoGrad::NoGrad() : prev_(tape().grad_enabled) { tape().grad_enabled = false; }
+NoGrad::~NoGrad() { tape().grad_enabled = prev_; }
+
+bool needs_grad(const TensorList& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
+  Tape& tp = tape();
+  Node node{name, {}, {}, std::move(backward)};
+  for (const Tensor& t : inputs) node.inputs.push_back(t.defined() ? slot_of(t) : Slot{});
+  for (const Tensor& t : outputs) {
+    TCN_CHECK(!t.requires_grad(), name, ": an output already has autograd history");
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->is_leaf = false;
+    meta->node = static_cast<int64_t>(tp.nodes.size());
+    meta->tape_epoch = tp.epoch;
+    t.impl().autograd = meta;
+    node.outputs.push_back(slot_of(t));
+  }
+  tp.nodes.push_back(std::move(node));
+}
+
+void clear_tape() {
+  Tape& tp = tape();
+  tp.nodes.clear();
+  tp.epoch++;
+}
+
+size_t tape_size() { return tape().nodes.size(); }
+
+void backward(const Tensor& root, const Tensor& grad) {
+  TCN_CHECK(root.requires_grad(), "backward: the tensor does not require grad (no input of the "
+            "ops that made it requires grad, or it was computed under NoGrad)");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    TCN_CHECK(root.numel() == 1, "backward: a gradient can be created implicitly only for a "
+              "one-element tensor, this one has shape ", root.shape());
+    seed = ones(root.shape(), root.options());
+  }
+  TCN_CHECK(seed.shape() == root.shape(), "backward: gradient shape ", seed.shape(),
+            " does not match tensor shape ", root.shape());
+
+  AutogradMeta& root_meta = *root.impl().autograd;
+  NoGrad no_grad;  // backward closures record nothing
+  if (root_meta.is_leaf) {
+    accumulate(root_meta, seed);
+    return;
+  }
+  Tape& tp = tape();
+  TCN_CHECK(root_meta.tape_epoch == tp.epoch && root_meta.node < static_cast<int64_t>(tp.nodes.size()),
+            "backward: the graph of this tensor was already freed by an earlier backward() "
+            "(or clear_tape()); run the forward pass again");
+  accumulate(root_meta, seed);
+
+  for (int64_t i = root_meta.node; i >= 0; --i) {
+    Node& node = tp.nodes[i];
+    TensorList grad_out;
+    bool any = false;
+    for (Slot& s : node.outputs) {
+      grad_out.push_back(std::move(s.meta->grad));
+      s.meta->grad = Tensor();
+      any = any || grad_out.back().defined();
+    }
+    if (!any) {
+      node.backward = nullptr;
+      continue;
+    }
+    for (size_t k = 0; k < grad_out.size(); ++k)
+      if (!grad_out[k].defined()) grad_out[k] = zeros(node.outputs[k].shape, node.outputs[k].options);
+
+    TensorList grad_in = node.backward(grad_out);
+    node.backward = nullptr;  // frees the saved tensors now
+    grad_out.clear();
+    TCN_CHECK(grad_in.size() == node.inputs.size(), "backward of ", node.name, " returned ",
+              grad_in.size(), " gradients for ", node.inputs.size(), " inputs");
+    for (size_t k = 0; k < grad_in.size(); ++k) {
+      Slot& s = node.inputs[k];
+      if (!s.meta || !grad_in[k].defined()) continue;
+      TCN_CHECK(grad_in[k].shape() == s.shape, "backward of ", node.name, " returned a gradient of shape ",
+                grad_in[k].shape(), " for input ", k, " of shape ", s.shape);
+      TCN_CHECK(grad_in[k].dtype() == s.options.dtype, "backward of ", node.name,
+                " returned a ", grad_in[k].dtype(), " gradient for a ", s.options.dtype, " input ", k);
+      accumulate(*s.meta, std::move(grad_in[k]));
+    }
+  }
+  clear_tape();
+}
+
+}  // namespace tcn::autograd

@@ -1,0 +1,22 @@
+// Memory for tensors comes from one allocator per device. The CPU allocator
+// hands out 64-byte aligned blocks; the CUDA allocator lives in cuda/.
+#pragma once
+
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace tcn {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+};
+
+Allocator* cpu_allocator();
+// The allocator of `device`; throws tcn::Error when the device is not usable.
+Allocator* allocator_for(Device device);
+
+}  // namespace tcn

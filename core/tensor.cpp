@@ -1,0 +1,134 @@
+#include "core/tensor.h"
+
+#include <cstring>
+
+#include "autograd/tape.h"
+#include "cuda/runtime.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  char* base = static_cast<char*>(storage()->data());
+  return base + offset() * static_cast<int64_t>(dtype_size(dtype()));
+}
+
+double Tensor::item() const {
+  TCN_CHECK(numel() == 1, "item(): tensor has ", numel(), " elements (shape ", shape(),
+            "), expected exactly one");
+  return to_vector<double>()[0];
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = detach().to(Device::cpu()).contiguous();
+  std::vector<T> out(c.numel());
+  dispatch_all(c.dtype(), [&]<class S>() {
+    const S* p = static_cast<const S*>(c.raw_data());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+  });
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+Tensor& Tensor::requires_grad_(bool on) {
+  TCN_CHECK(is_leaf(), "requires_grad_(): only leaf tensors can change requires_grad; "
+            "use detach() to get a leaf from a computed tensor");
+  if (on) {
+    TCN_CHECK(is_floating(dtype()), "requires_grad_(): only floating-point tensors can require "
+              "grad, this one is ", dtype_name(dtype()));
+    if (!impl().autograd) impl().autograd = std::make_shared<AutogradMeta>();
+  } else {
+    impl().autograd.reset();
+  }
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl().autograd || impl().autograd->is_leaf; }
+
+Tensor Tensor::grad() const {
+  if (!impl().autograd || !impl().autograd->is_leaf) return Tensor();
+  return impl().autograd->grad;
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  TCN_CHECK(requires_grad() && is_leaf(), "set_grad(): tensor is not a leaf that requires grad");
+  TCN_CHECK(!g.defined() || g.shape() == shape(), "set_grad(): gradient shape ", g.shape(),
+            " does not match tensor shape ", shape());
+  impl().autograd->grad = g;
+}
+
+void Tensor::zero_grad() const {
+  if (impl().autograd) impl().autograd->grad = Tensor();
+}
+
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
+
+void Tensor::backward() const { autograd::backward(*this); }
+
+// ---- factories --------------------------------------------------------------
+
+Tensor make_view(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = t.dtype();
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(const Shape& shape, TensorOptions opts) {
+  for (int64_t d : shape) TCN_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(numel_of(shape) * dtype_size(opts.dtype), opts.device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = opts.dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  Tensor t = empty(shape, opts);
+  fill_(t, value);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  TCN_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), "from_vector: ", values.size(),
+            " values do not fill shape ", shape, " (", numel_of(shape), " elements)");
+  Tensor t = empty(shape, {dtype_of<T>(), Device::cpu()});
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return device.is_cpu() ? t : t.to(device);
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Device);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
+
+Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  return from_vector(values, shape, opts.device).to(opts.dtype);
+}
+
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+}  // namespace tcn

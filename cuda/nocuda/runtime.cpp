@@ -1,0 +1,23 @@
+// The CUDA runtime of a build without CUDA (TCN_CUDA=OFF, or no nvcc found):
+// no devices, and every device call says why.
+#include "cuda/runtime.h"
+
+#include "core/error.h"
+
+namespace tcn::cuda {
+
+namespace {
+constexpr const char* kWhy = "tcn was built without CUDA (TCN_CUDA=OFF or nvcc not found)";
+[[noreturn]] void fail() { TCN_FAIL("CUDA requested but ", kWhy); }
+}  // namespace
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+std::string unavailable_reason() { return kWhy; }
+Allocator* allocator(int index) { TCN_FAIL("cuda:", index, " requested but ", kWhy); }
+void copy_host_to_device(void*, const void*, size_t) { fail(); }
+void copy_device_to_host(void*, const void*, size_t) { fail(); }
+void copy_device_to_device(void*, const void*, size_t) { fail(); }
+void synchronize() {}
+
+}  // namespace tcn::cuda

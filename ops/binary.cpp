@@ -1,0 +1,74 @@
+// add, sub, mul, div with NumPy broadcasting. Backward sums each gradient back
+// to its input's shape (sum_to), the inverse of broadcasting.
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/functors.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+
+template <class F>
+Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f) {
+  check_defined(op, a);
+  check_defined(op, b);
+  check_same_device(op, a, b);
+  check_same_dtype(op, a, b);
+  check_float(op, a);
+  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.options());
+  if (a.device().is_cuda()) no_cuda_kernel(op);
+  dispatch_float(a.dtype(), op, [&]<class T>() { cpu::cpu_map<T>(out, f, a, b); });
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("add", a, b, fn::Add{});
+  if (autograd::needs_grad({a, b}))
+    autograd::record("add", {a, b}, {out}, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
+      return TensorList{sum_to(g[0], sa), sum_to(g[0], sb)};
+    });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("sub", a, b, fn::Sub{});
+  if (autograd::needs_grad({a, b}))
+    autograd::record("sub", {a, b}, {out}, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
+      return TensorList{sum_to(g[0], sa), sum_to(neg(g[0]), sb)};
+    });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("mul", a, b, fn::Mul{});
+  if (autograd::needs_grad({a, b})) {
+    // Keep each factor only if the other one needs its gradient.
+    Tensor keep_a = b.requires_grad() ? a.detach() : Tensor();
+    Tensor keep_b = a.requires_grad() ? b.detach() : Tensor();
+    autograd::record("mul", {a, b}, {out}, [keep_a, keep_b, sa = a.shape(), sb = b.shape()](const TensorList& g) {
+      return TensorList{keep_b.defined() ? sum_to(mul(g[0], keep_b), sa) : Tensor(),
+                        keep_a.defined() ? sum_to(mul(g[0], keep_a), sb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("div", a, b, fn::Div{});
+  if (autograd::needs_grad({a, b})) {
+    bool need_b = b.requires_grad();
+    // d(a/b)/db = -(a/b)/b: keep the output rather than a.
+    autograd::record("div", {a, b}, {out},
+                     [bd = b.detach(), od = need_b ? out.detach() : Tensor(), sa = a.shape(),
+                      sb = b.shape()](const TensorList& g) {
+                       Tensor ga = div(g[0], bd);
+                       return TensorList{sum_to(ga, sa), od.defined() ? sum_to(neg(mul(ga, od)), sb) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+}  // namespace tcn

@@ -1,0 +1,97 @@
+// Copies: contiguous() (the one copy the view system ever makes), clone,
+// device and dtype conversion, and copy_ into an existing (possibly strided) view.
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+
+// dst = src for CPU tensors of the same dtype, src broadcast to dst's shape.
+void copy_cpu(const Tensor& dst, const Tensor& src) {
+  dispatch_all(dst.dtype(), [&]<class T>() { cpu::cpu_map<T>(dst, [](T v) { return v; }, src); });
+}
+
+}  // namespace
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  check_defined("copy_", dst, "destination");
+  check_defined("copy_", src, "source");
+  check_same_dtype("copy_", dst, src);
+  broadcast_shapes(dst.shape(), src.shape(), "copy_");  // throws on mismatch
+  Tensor s = src.detach();
+  if (s.shape() != dst.shape()) s = s.expand(dst.shape());
+  if (dst.device().is_cpu() && s.device().is_cpu()) {
+    copy_cpu(dst, s);
+    return;
+  }
+  // Crossing devices: stage through a contiguous buffer on the source side.
+  const size_t nbytes = dst.numel() * dtype_size(dst.dtype());
+  if (s.device().is_cpu()) {  // host -> device
+    TCN_CHECK(dst.is_contiguous(), "copy_: copying into a strided CUDA view has no kernel yet");
+    Tensor c = s.contiguous();
+    cuda::copy_host_to_device(dst.raw_data(), c.raw_data(), nbytes);
+  } else if (dst.device().is_cpu()) {  // device -> host
+    TCN_CHECK(s.is_contiguous(), "copy_: copying from a strided CUDA view has no kernel yet");
+    if (dst.is_contiguous()) {
+      cuda::copy_device_to_host(dst.raw_data(), s.raw_data(), nbytes);
+    } else {
+      Tensor tmp = empty(dst.shape(), dst.options());
+      cuda::copy_device_to_host(tmp.raw_data(), s.raw_data(), nbytes);
+      copy_cpu(dst, tmp);
+    }
+  } else {
+    TCN_CHECK(s.is_contiguous() && dst.is_contiguous(), "copy_: strided CUDA copies have no kernel yet");
+    cuda::copy_device_to_device(dst.raw_data(), s.raw_data(), nbytes);
+  }
+}
+
+Tensor clone(const Tensor& x) {
+  check_defined("clone", x);
+  Tensor out = empty(x.shape(), x.options());
+  copy_(out, x);
+  if (autograd::needs_grad({x}))
+    autograd::record("clone", {x}, {out}, [](const TensorList& g) { return TensorList{g[0]}; });
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  check_defined("contiguous", x);
+  return x.is_contiguous() ? x : clone(x);
+}
+
+Tensor to_device(const Tensor& x, Device device) {
+  check_defined("to", x);
+  if (x.device() == device) return x;
+  Tensor out = empty(x.shape(), {x.dtype(), device});
+  copy_(out, x);
+  if (autograd::needs_grad({x}))
+    autograd::record("to_device", {x}, {out}, [from = x.device()](const TensorList& g) {
+      return TensorList{to_device(g[0], from)};
+    });
+  return out;
+}
+
+Tensor to_dtype(const Tensor& x, DType dtype) {
+  check_defined("to", x);
+  if (x.dtype() == dtype) return x;
+  Tensor out = empty(x.shape(), {dtype, x.device()});
+  if (x.device().is_cuda()) no_cuda_kernel("to_dtype");
+  dispatch_all(dtype, [&]<class D>() {
+    D* o = out.data<D>();
+    dispatch_all(x.dtype(), [&]<class S>() {
+      const S* in = x.data<S>();
+      cpu::for_each_row<2>(out.shape(), {out.strides(), x.strides()}, [&](const auto& off, int64_t n, const auto& inc) {
+        for (int64_t i = 0; i < n; ++i) o[off[0] + i * inc[0]] = static_cast<D>(in[off[1] + i * inc[1]]);
+      });
+    });
+  });
+  if (autograd::needs_grad({x}) && is_floating(dtype))
+    autograd::record("to_dtype", {x}, {out}, [from = x.dtype()](const TensorList& g) {
+      return TensorList{to_dtype(g[0], from)};
+    });
+  return out;
+}
+
+}  // namespace tcn

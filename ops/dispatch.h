@@ -1,0 +1,35 @@
+// Small helpers shared by the ops: argument checks with uniform messages, and
+// the CUDA branch of ops whose CUDA kernel has not been written yet.
+#pragma once
+
+#include "core/tensor.h"
+#include "cuda/runtime.h"
+
+namespace tcn {
+
+inline void check_defined(const char* op, const Tensor& t, const char* what = "input") {
+  TCN_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+}
+
+inline void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  TCN_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch, ", a.dtype(), " ", a.shape(), " vs ",
+            b.dtype(), " ", b.shape());
+}
+
+inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  TCN_CHECK(a.device() == b.device(), op, ": tensors are on different devices, ", a.device(), " ",
+            a.shape(), " vs ", b.device(), " ", b.shape());
+}
+
+inline void check_float(const char* op, const Tensor& t) {
+  TCN_CHECK(is_floating(t.dtype()), op, ": expected a float32 or float64 tensor, got ", t.dtype(),
+            " ", t.shape());
+}
+
+// The CUDA branch of an op without a CUDA kernel: a clear error, never a crash.
+[[noreturn]] inline void no_cuda_kernel(const char* op) {
+  if (!cuda::built_with_cuda()) TCN_FAIL(op, ": tensor is on CUDA but tcn was built without CUDA");
+  TCN_FAIL(op, ": no CUDA kernel yet; move the tensor to the CPU with .to(Device::cpu())");
+}
+
+}  // namespace tcn

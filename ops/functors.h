@@ -1,0 +1,83 @@
+// The math of the elementwise ops, written once for the CPU and CUDA kernels
+// (TCN_HD marks them host+device under nvcc). A unary op has fwd(x) and
+// bwd(g, x, y) = dL/dx given dL/dy = g, x the input and y = fwd(x).
+// kUsesX / kUsesY say what backward needs, so nothing else is kept alive.
+#pragma once
+
+#include <cmath>
+
+#include "core/philox.h"
+
+namespace tcn::fn {
+
+struct Neg {
+  static constexpr const char* name = "neg";
+  static constexpr bool kUsesX = false, kUsesY = false;
+  template <class T> TCN_HD T fwd(T x) const { return -x; }
+  template <class T> TCN_HD T bwd(T g, T, T) const { return -g; }
+};
+struct Relu {
+  static constexpr const char* name = "relu";
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class T> TCN_HD T fwd(T x) const { return x > T(0) ? x : T(0); }
+  template <class T> TCN_HD T bwd(T g, T, T y) const { return y > T(0) ? g : T(0); }
+};
+struct Tanh {
+  static constexpr const char* name = "tanh";
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class T> TCN_HD T fwd(T x) const { return std::tanh(x); }
+  template <class T> TCN_HD T bwd(T g, T, T y) const { return g * (T(1) - y * y); }
+};
+struct Sigmoid {
+  static constexpr const char* name = "sigmoid";
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class T> TCN_HD T fwd(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  template <class T> TCN_HD T bwd(T g, T, T y) const { return g * y * (T(1) - y); }
+};
+struct Exp {
+  static constexpr const char* name = "exp";
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class T> TCN_HD T fwd(T x) const { return std::exp(x); }
+  template <class T> TCN_HD T bwd(T g, T, T y) const { return g * y; }
+};
+struct Log {
+  static constexpr const char* name = "log";
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class T> TCN_HD T fwd(T x) const { return std::log(x); }
+  template <class T> TCN_HD T bwd(T g, T x, T) const { return g / x; }
+};
+struct Sqrt {
+  static constexpr const char* name = "sqrt";
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class T> TCN_HD T fwd(T x) const { return std::sqrt(x); }
+  template <class T> TCN_HD T bwd(T g, T, T y) const { return g / (T(2) * y); }
+};
+struct Pow {
+  static constexpr const char* name = "pow";
+  static constexpr bool kUsesX = true, kUsesY = false;
+  double p;
+  template <class T> TCN_HD T fwd(T x) const { return std::pow(x, T(p)); }
+  template <class T> TCN_HD T bwd(T g, T x, T) const { return g * T(p) * std::pow(x, T(p - 1)); }
+};
+struct AddScalar {
+  static constexpr const char* name = "add_scalar";
+  static constexpr bool kUsesX = false, kUsesY = false;
+  double s;
+  template <class T> TCN_HD T fwd(T x) const { return x + T(s); }
+  template <class T> TCN_HD T bwd(T g, T, T) const { return g; }
+};
+struct MulScalar {
+  static constexpr const char* name = "mul_scalar";
+  static constexpr bool kUsesX = false, kUsesY = false;
+  double s;
+  template <class T> TCN_HD T fwd(T x) const { return x * T(s); }
+  template <class T> TCN_HD T bwd(T g, T, T) const { return g * T(s); }
+};
+
+// Binary ops: fwd(a, b). Their backward is composed from ops (see ops/binary.cpp).
+struct Add { template <class T> TCN_HD T operator()(T a, T b) const { return a + b; } };
+struct Sub { template <class T> TCN_HD T operator()(T a, T b) const { return a - b; } };
+struct Mul { template <class T> TCN_HD T operator()(T a, T b) const { return a * b; } };
+struct Div { template <class T> TCN_HD T operator()(T a, T b) const { return a / b; } };
+
+}  // namespace tcn::fn

@@ -1,0 +1,60 @@
+// In-place updates, used by optimizers, gradient accumulation and clipping.
+// They record nothing, and refuse to modify a tensor that requires grad while
+// grad mode is on (that would silently corrupt its gradient).
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+void check_inplace(const char* op, const Tensor& x) {
+  check_defined(op, x);
+  TCN_CHECK(!(x.requires_grad() && autograd::grad_enabled()), op, ": in-place update of a tensor that requires grad (shape ",
+            x.shape(), "); run it under autograd::NoGrad");
+}
+}  // namespace
+
+void fill_(const Tensor& x, double value) {
+  check_inplace("fill_", x);
+  if (x.device().is_cuda()) {
+    // Until the CUDA kernels land, fill through a host buffer.
+    TCN_CHECK(x.is_contiguous(), "fill_: strided CUDA fill has no kernel yet");
+    copy_(x, full(x.shape(), value, {x.dtype(), Device::cpu()}));
+    return;
+  }
+  dispatch_all(x.dtype(), [&]<class T>() {
+    const T v = static_cast<T>(value);
+    cpu::cpu_map<T>(x, [v]() { return v; });
+  });
+}
+
+void add_(const Tensor& x, const Tensor& y, double alpha) {
+  check_inplace("add_", x);
+  check_defined("add_", y);
+  check_same_dtype("add_", x, y);
+  check_same_device("add_", x, y);
+  check_float("add_", x);
+  TCN_CHECK(broadcast_shapes(x.shape(), y.shape(), "add_") == x.shape(), "add_: ", y.shape(),
+            " cannot be added in place to ", x.shape());
+  if (x.device().is_cuda()) no_cuda_kernel("add_");
+  dispatch_float(x.dtype(), "add_", [&]<class T>() {
+    const T a = static_cast<T>(alpha);
+    if (alpha == 1.0)
+      cpu::cpu_map<T>(x, [](T xi, T yi) { return xi + yi; }, x, y);
+    else
+      cpu::cpu_map<T>(x, [a](T xi, T yi) { return xi + a * yi; }, x, y);
+  });
+}
+
+void mul_(const Tensor& x, double s) {
+  check_inplace("mul_", x);
+  check_float("mul_", x);
+  if (x.device().is_cuda()) no_cuda_kernel("mul_");
+  dispatch_float(x.dtype(), "mul_", [&]<class T>() {
+    const T v = static_cast<T>(s);
+    cpu::cpu_map<T>(x, [v](T xi) { return xi * v; }, x);
+  });
+}
+
+}  // namespace tcn

@@ -1,0 +1,135 @@
+// Matrix products on the CPU through OpenBLAS. A 2-D operand whose rows or
+// columns are unit-stride goes to BLAS as it is (a transposed view is just
+// CblasTrans with the other leading dimension), so mm(a, b.t()) copies nothing.
+#include <cblas.h>
+
+#include <optional>
+
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+
+// A [rows, cols] matrix with element strides (s0, s1), as BLAS sees it.
+struct BlasOperand {
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+std::optional<BlasOperand> as_blas(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  if ((cols == 1 || s1 == 1) && (rows == 1 || s0 >= cols)) {
+    return BlasOperand{CblasNoTrans, std::max<int64_t>(rows == 1 ? cols : s0, 1)};
+  }
+  if ((rows == 1 || s0 == 1) && (cols == 1 || s1 >= rows)) {
+    return BlasOperand{CblasTrans, std::max<int64_t>(cols == 1 ? rows : s1, 1)};
+  }
+  return std::nullopt;
+}
+
+template <class T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+          const T* B, int64_t ldb, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc);
+}
+
+// out[b] = a[b] @ b[b] for every batch b; a is [B, M, K], b is [B, K, N], out [B, M, N] contiguous.
+void batched_gemm_cpu(const char* op, Tensor a, Tensor b, const Tensor& out) {
+  const int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  auto oa = as_blas(M, K, a.stride(1), a.stride(2));
+  if (!oa) {
+    a = a.contiguous();
+    oa = as_blas(M, K, a.stride(1), a.stride(2));
+  }
+  auto ob = as_blas(K, N, b.stride(1), b.stride(2));
+  if (!ob) {
+    b = b.contiguous();
+    ob = as_blas(K, N, b.stride(1), b.stride(2));
+  }
+  dispatch_float(a.dtype(), op, [&]<class T>() {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+      fill_(out, 0.0);
+      return;
+    }
+    for (int64_t i = 0; i < B; ++i)
+      gemm<T>(oa->trans, ob->trans, M, N, K, a.data<T>() + i * a.stride(0), oa->ld,
+              b.data<T>() + i * b.stride(0), ob->ld, out.data<T>() + i * M * N, N);
+  });
+}
+
+void check_matmul_args(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a);
+  check_defined(op, b);
+  check_same_device(op, a, b);
+  check_same_dtype(op, a, b);
+  check_float(op, a);
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_matmul_args("mm", a, b);
+  TCN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected two matrices, got shapes ", a.shape(), " and ", b.shape());
+  TCN_CHECK(a.size(1) == b.size(0), "mm: inner dimensions differ, ", a.shape(), " @ ", b.shape());
+  Tensor out = empty({a.size(0), b.size(1)}, a.options());
+  if (a.device().is_cuda()) no_cuda_kernel("mm");
+  batched_gemm_cpu("mm", a.detach().unsqueeze(0), b.detach().unsqueeze(0), out);
+  if (autograd::needs_grad({a, b}))
+    // da = g @ b^T needs b; db = a^T @ g needs a. Keep only what is needed.
+    autograd::record("mm", {a, b}, {out},
+                     [ad = b.requires_grad() ? a.detach() : Tensor(),
+                      bd = a.requires_grad() ? b.detach() : Tensor()](const TensorList& g) {
+                       return TensorList{bd.defined() ? mm(g[0], bd.t()) : Tensor(),
+                                         ad.defined() ? mm(ad.t(), g[0]) : Tensor()};
+                     });
+  return out;
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_matmul_args("bmm", a, b);
+  TCN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two [B, M, K] and [B, K, N] tensors, got shapes ",
+            a.shape(), " and ", b.shape());
+  TCN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes do not match, ", a.shape(), " @ ",
+            b.shape());
+  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  if (a.device().is_cuda()) no_cuda_kernel("bmm");
+  batched_gemm_cpu("bmm", a.detach(), b.detach(), out);
+  if (autograd::needs_grad({a, b}))
+    autograd::record("bmm", {a, b}, {out},
+                     [ad = b.requires_grad() ? a.detach() : Tensor(),
+                      bd = a.requires_grad() ? b.detach() : Tensor()](const TensorList& g) {
+                       return TensorList{bd.defined() ? bmm(g[0], bd.transpose(1, 2)) : Tensor(),
+                                         ad.defined() ? bmm(ad.transpose(1, 2), g[0]) : Tensor()};
+                     });
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_matmul_args("matmul", a, b);
+  TCN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: both operands need at least 2 dims, got shapes ", a.shape(),
+            " and ", b.shape());
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  TCN_CHECK(b.size(-2) == K, "matmul: inner dimensions differ, ", a.shape(), " @ ", b.shape());
+  if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2);
+  if (b.dim() == 2) {  // fold a's batch dims into its rows: one GEMM
+    Shape out_shape = batch_a;
+    out_shape.push_back(M);
+    out_shape.push_back(N);
+    return mm(a.reshape({-1, K}), b).reshape(out_shape);
+  }
+  Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  Shape sa = batch, sb = batch, out_shape = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  out_shape.insert(out_shape.end(), {M, N});
+  return bmm(a.expand(sa).reshape({-1, M, K}), b.expand(sb).reshape({-1, K, N})).reshape(out_shape);
+}
+
+}  // namespace tcn

@@ -1,0 +1,166 @@
+// sum / mean / max over dims. The CPU kernel computes each output element in
+// its own loop over the reduced dims (parallel over outputs), accumulating in
+// double so float32 sums do not drift with the reduction length.
+#include <algorithm>
+
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+
+// Splits x's dims into kept and reduced, each with shape and strides.
+struct ReducePlan {
+  Shape kept_shape, red_shape;
+  Strides kept_strides, red_strides;
+  Shape out_shape;       // with keepdim
+  Shape out_shape_kd;    // keepdim=true version
+};
+
+ReducePlan plan_reduce(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim, const char* op) {
+  std::vector<bool> red(x.dim(), dims_in.empty());
+  for (int64_t d : dims_in) {
+    int64_t w = wrap_dim(d, x.dim(), op);
+    TCN_CHECK(!red[w] || dims_in.empty(), op, ": dim ", d, " listed twice in ", dims_in);
+    red[w] = true;
+  }
+  ReducePlan p;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (red[d]) {
+      p.red_shape.push_back(x.size(d));
+      p.red_strides.push_back(x.stride(d));
+      p.out_shape_kd.push_back(1);
+      if (keepdim) p.out_shape.push_back(1);
+    } else {
+      p.kept_shape.push_back(x.size(d));
+      p.kept_strides.push_back(x.stride(d));
+      p.out_shape_kd.push_back(x.size(d));
+      p.out_shape.push_back(x.size(d));
+    }
+  }
+  return p;
+}
+
+// Element offset of linear index i over (shape, strides), row-major.
+inline int64_t offset_of(int64_t i, const Shape& shape, const Strides& strides) {
+  int64_t off = 0;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    off += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }
+  return off;
+}
+
+template <class T>
+void sum_cpu(const Tensor& x, const ReducePlan& p, T* out) {
+  const T* in = x.data<T>();
+  const int64_t n_out = numel_of(p.kept_shape), n_red = numel_of(p.red_shape);
+  const int64_t inner = p.red_shape.empty() ? 1 : p.red_shape.back();
+  const int64_t inner_stride = p.red_shape.empty() ? 0 : p.red_strides.back();
+  Shape outer_red(p.red_shape.begin(), p.red_shape.end() - (p.red_shape.empty() ? 0 : 1));
+  Strides outer_red_st(p.red_strides.begin(), p.red_strides.end() - (p.red_strides.empty() ? 0 : 1));
+  const int64_t n_outer_red = inner ? n_red / inner : 0;
+#pragma omp parallel for schedule(static) if (n_out * n_red >= (1 << 15) && n_out > 1)
+  for (int64_t o = 0; o < n_out; ++o) {
+    const T* base = in + offset_of(o, p.kept_shape, p.kept_strides);
+    double acc = 0;
+    for (int64_t r = 0; r < n_outer_red; ++r) {
+      const T* row = base + offset_of(r, outer_red, outer_red_st);
+      for (int64_t i = 0; i < inner; ++i) acc += row[i * inner_stride];
+    }
+    out[o] = static_cast<T>(acc);
+  }
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  check_defined("sum", x);
+  check_float("sum", x);
+  ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
+  Tensor out = empty(p.out_shape, x.options());
+  if (x.device().is_cuda()) no_cuda_kernel("sum");
+  dispatch_float(x.dtype(), "sum", [&]<class T>() { sum_cpu<T>(x, p, out.data<T>()); });
+  if (autograd::needs_grad({x}))
+    autograd::record("sum", {x}, {out}, [kd = p.out_shape_kd, xs = x.shape()](const TensorList& g) {
+      return TensorList{g[0].reshape(kd).expand(xs)};
+    });
+  return out;
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  check_defined("mean", x);
+  ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
+  int64_t count = numel_of(p.red_shape);
+  TCN_CHECK(count > 0, "mean: reducing over zero elements (shape ", x.shape(), ")");
+  return mul(sum(x, dims, keepdim), 1.0 / static_cast<double>(count));
+}
+
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
+  check_defined("max", x);
+  check_float("max", x);
+  TCN_CHECK(x.dim() > 0, "max: needs a tensor with at least one dim");
+  int64_t dim = wrap_dim(dim_in, x.dim(), "max");
+  TCN_CHECK(x.size(dim) > 0, "max: dim ", dim, " of shape ", x.shape(), " is empty");
+  ReducePlan p = plan_reduce(x, {dim}, keepdim, "max");
+  Tensor values = empty(p.out_shape, x.options());
+  Tensor indices = empty(p.out_shape, {DType::I64, x.device()});
+  if (x.device().is_cuda()) no_cuda_kernel("max");
+  const int64_t n = x.size(dim), st = x.stride(dim);
+  dispatch_float(x.dtype(), "max", [&]<class T>() {
+    const T* in = x.data<T>();
+    T* v = values.data<T>();
+    int64_t* ix = indices.data<int64_t>();
+    const int64_t n_out = numel_of(p.kept_shape);
+#pragma omp parallel for schedule(static) if (n_out * n >= (1 << 15))
+    for (int64_t o = 0; o < n_out; ++o) {
+      const T* base = in + offset_of(o, p.kept_shape, p.kept_strides);
+      int64_t best = 0;
+      for (int64_t i = 1; i < n; ++i)
+        if (base[i * st] > base[best * st]) best = i;
+      v[o] = base[best * st];
+      ix[o] = best;
+    }
+  });
+  if (autograd::needs_grad({x}))
+    autograd::record("max", {x}, {values}, [indices, p, dim, xs = x.shape()](const TensorList& g) {
+      // Route each output gradient to the position of its maximum.
+      Tensor gx = zeros(xs, g[0].options());
+      Tensor gc = g[0].contiguous();
+      dispatch_float(gx.dtype(), "max backward", [&]<class T>() {
+        T* out = gx.data<T>();
+        const T* gi = gc.data<T>();
+        const int64_t* ix = indices.data<int64_t>();
+        const int64_t st = gx.stride(dim);
+        Strides kept_st;
+        for (int64_t d = 0; d < gx.dim(); ++d)
+          if (d != dim) kept_st.push_back(gx.stride(d));
+        for (int64_t o = 0; o < numel_of(p.kept_shape); ++o)
+          out[offset_of(o, p.kept_shape, kept_st) + ix[o] * st] += gi[o];
+      });
+      return TensorList{gx};
+    });
+  return {values, indices};
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  TCN_CHECK(x.dim() >= static_cast<int64_t>(shape.size()), "sum_to: cannot reduce shape ", x.shape(),
+            " to the larger rank shape ", shape);
+  int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < lead) {
+      dims.push_back(d);
+    } else if (shape[d - lead] == 1 && x.size(d) != 1) {
+      dims.push_back(d);
+    } else {
+      TCN_CHECK(shape[d - lead] == x.size(d), "sum_to: shape ", x.shape(), " does not broadcast to ", shape);
+    }
+  }
+  if (dims.empty()) return x.reshape(shape);
+  return sum(x, dims, true).reshape(shape);
+}
+
+}  // namespace tcn

@@ -1,0 +1,57 @@
+// Elementwise ops of one tensor (and a scalar). The math of each lives in
+// ops/functors.h; this file is the one generic forward + backward around it.
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/functors.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+
+template <class Op>
+Tensor unary_backward(const Op& op, const Tensor& g, const Tensor& x, const Tensor& y) {
+  Tensor gx = empty(g.shape(), g.options());
+  if (g.device().is_cuda()) no_cuda_kernel(Op::name);
+  // Missing x or y (not kept because bwd ignores it) are stood in for by g.
+  const Tensor& xs = x.defined() ? x : g;
+  const Tensor& ys = y.defined() ? y : g;
+  dispatch_float(g.dtype(), Op::name, [&]<class T>() {
+    cpu::cpu_map<T>(gx, [op](T gi, T xi, T yi) { return op.template bwd<T>(gi, xi, yi); }, g, xs, ys);
+  });
+  return gx;
+}
+
+template <class Op>
+Tensor unary(const Tensor& x, Op op) {
+  check_defined(Op::name, x);
+  check_float(Op::name, x);
+  Tensor y = empty(x.shape(), x.options());
+  if (x.device().is_cuda()) no_cuda_kernel(Op::name);
+  dispatch_float(x.dtype(), Op::name, [&]<class T>() {
+    cpu::cpu_map<T>(y, [op](T xi) { return op.template fwd<T>(xi); }, x);
+  });
+  if (autograd::needs_grad({x})) {
+    Tensor keep_x = Op::kUsesX ? x.detach() : Tensor();
+    Tensor keep_y = Op::kUsesY ? y.detach() : Tensor();
+    autograd::record(Op::name, {x}, {y}, [op, keep_x, keep_y](const TensorList& g) {
+      return TensorList{unary_backward(op, g[0], keep_x, keep_y)};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return unary(x, fn::Neg{}); }
+Tensor relu(const Tensor& x) { return unary(x, fn::Relu{}); }
+Tensor tanh(const Tensor& x) { return unary(x, fn::Tanh{}); }
+Tensor sigmoid(const Tensor& x) { return unary(x, fn::Sigmoid{}); }
+Tensor exp(const Tensor& x) { return unary(x, fn::Exp{}); }
+Tensor log(const Tensor& x) { return unary(x, fn::Log{}); }
+Tensor sqrt(const Tensor& x) { return unary(x, fn::Sqrt{}); }
+Tensor pow(const Tensor& x, double p) { return unary(x, fn::Pow{p}); }
+Tensor add(const Tensor& x, double s) { return unary(x, fn::AddScalar{s}); }
+Tensor mul(const Tensor& x, double s) { return unary(x, fn::MulScalar{s}); }
+
+}  // namespace tcn

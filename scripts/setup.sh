@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One-command setup on Debian 12: installs the build dependencies, configures
+# and builds tcn (Release, CUDA backend compiled when nvcc is present), and
+# puts the Penn Treebank data under data/ptb when a copy is available.
+#
+#   scripts/setup.sh            # everything
+#   SKIP_APT=1 scripts/setup.sh # dependencies already installed
+#   BUILD_DIR=build-dbg CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug" scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+PACKAGES="build-essential cmake libopenblas-dev doctest-dev libcli11-dev nlohmann-json3-dev gnuplot-nox"
+
+if [ -z "${SKIP_APT:-}" ]; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  echo "== installing Debian packages: $PACKAGES"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+fi
+
+echo "== configuring $BUILD_DIR"
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 ||
+  { cat "$BUILD_DIR.configure.log"; exit 1; }
+grep -E "tcn: CUDA backend" "$BUILD_DIR.configure.log" || true
+echo "== building ($(nproc) jobs)"
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+if [ -x scripts/get_data.sh ]; then scripts/get_data.sh || echo "(no PTB data yet: see scripts/get_data.sh)"; fi
+echo "== done. Run the tests with: scripts/test.sh"

@@ -1,0 +1,113 @@
+// Test helpers: random tensors (optionally non-contiguous), closeness checks,
+// and the finite-difference gradient checker.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <string>
+
+#include "cuda/runtime.h"
+
+#include "ops/ops.h"
+
+namespace tcn::test {
+
+// A float64 tensor of `shape` with values in [lo, hi). With noncontig, it is a
+// transposed view of a differently shaped buffer (its last two dims swapped
+// back), so its strides are not row-major.
+inline Tensor rand_tensor(const Shape& shape, uint64_t seed, bool noncontig = false, double lo = -1.0,
+                          double hi = 1.0, DType dtype = DType::F64) {
+  Generator gen(seed);
+  if (!noncontig || shape.size() < 2) {
+    Tensor t = empty(shape, {dtype});
+    uniform_(t, lo, hi, gen);
+    return t;
+  }
+  Shape swapped = shape;
+  std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+  Tensor base = empty(swapped, {dtype});
+  uniform_(base, lo, hi, gen);
+  Tensor t = base.transpose(-1, -2);
+  REQUIRE(!t.is_contiguous());
+  return t;
+}
+
+inline Tensor leaf(Tensor t) {
+  t.requires_grad_(true);
+  return t;
+}
+
+// Largest |a - b| / (atol + rtol * |b|) over all elements; <= 1 means close.
+inline double close_ratio(const Tensor& a, const Tensor& b, double atol, double rtol) {
+  REQUIRE(a.shape() == b.shape());
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    double diff = std::abs(va[i] - vb[i]);
+    double r = diff == 0 ? 0 : diff / (atol + rtol * std::abs(vb[i]));
+    if (!(r <= worst)) worst = std::isnan(r) ? INFINITY : r;
+  }
+  return worst;
+}
+
+#define CHECK_CLOSE(a, b, atol, rtol) CHECK(::tcn::test::close_ratio((a), (b), (atol), (rtol)) <= 1.0)
+
+// Compares the tape's gradients of every input that requires grad with central
+// finite differences of L = sum(f(inputs) * w), with fixed random weights w so
+// that each output element contributes differently. Inputs must be float64.
+// Returns "" when they agree, else a description of the first mismatch.
+inline std::string gradient_mismatch(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                                     double eps = 1e-6, double atol = 1e-6, double rtol = 1e-5) {
+  for (const Tensor& x : inputs) {
+    REQUIRE(x.dtype() == DType::F64);
+    x.zero_grad();
+  }
+  Tensor out = f(inputs);
+  REQUIRE(out.requires_grad());
+  Tensor w = rand_tensor(out.shape(), 4242);
+  sum(mul(out, w)).backward();
+  REQUIRE(autograd::tape_size() == 0);
+
+  auto loss = [&]() {
+    autograd::NoGrad ng;
+    return sum(mul(f(inputs), w)).item();
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& x = inputs[k];
+    if (!x.requires_grad()) continue;
+    // An input the output does not depend on gets no gradient: that means zero.
+    Tensor g = x.grad().defined() ? x.grad() : zeros(x.shape(), x.options());
+    REQUIRE(g.shape() == x.shape());
+    std::vector<double> analytic = g.to_vector<double>();
+    // Walk x's elements in row-major order through its own strides.
+    double* base = x.data<double>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t off = 0, rem = i;
+      for (int64_t d = x.dim() - 1; d >= 0; --d) {
+        off += (rem % x.size(d)) * x.stride(d);
+        rem /= x.size(d);
+      }
+      double saved = base[off];
+      base[off] = saved + eps;
+      double lp = loss();
+      base[off] = saved - eps;
+      double lm = loss();
+      base[off] = saved;
+      double numeric = (lp - lm) / (2 * eps);
+      if (!(std::abs(numeric - analytic[i]) <= atol + rtol * std::abs(numeric)))
+        return detail::concat("input ", k, " element ", i, ": analytic ", analytic[i], " vs numeric ", numeric);
+    }
+  }
+  return "";
+}
+
+inline void check_gradients(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                            double eps = 1e-6, double atol = 1e-6, double rtol = 1e-5) {
+  std::string mismatch = gradient_mismatch(f, inputs, eps, atol, rtol);
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+}  // namespace tcn::test

@@ -1,0 +1,145 @@
+// Finite-difference gradient checks, one or more per differentiable op, in
+// float64, with broadcasting and non-contiguous inputs.
+#include "helpers.h"
+
+using namespace tcn;
+using tcn::test::check_gradients;
+using tcn::test::leaf;
+using tcn::test::rand_tensor;
+
+TEST_SUITE("gradcheck") {
+
+TEST_CASE("add, sub, mul, div with broadcasting") {
+  Tensor a = leaf(rand_tensor({3, 4}, 1, true));
+  Tensor b = leaf(rand_tensor({4}, 2));
+  Tensor c = leaf(rand_tensor({2, 1, 4}, 3));
+  Tensor d = leaf(rand_tensor({3, 1}, 4, false, 0.5, 2.0));
+  check_gradients([](const TensorList& x) { return add(x[0], x[1]); }, {a, b});
+  check_gradients([](const TensorList& x) { return sub(x[2], x[0]); }, {a, b, c});
+  check_gradients([](const TensorList& x) { return mul(x[0], x[2]); }, {a, b, c});
+  check_gradients([](const TensorList& x) { return div(x[0], x[1]); }, {a, d});
+  check_gradients([](const TensorList& x) { return div(x[0], x[1]); }, {c, d});
+}
+
+TEST_CASE("mul with only one side requiring grad") {
+  Tensor a = leaf(rand_tensor({3, 4}, 5));
+  Tensor b = rand_tensor({3, 4}, 6);
+  check_gradients([](const TensorList& x) { return mul(x[0], x[1]); }, {a, b});
+  check_gradients([](const TensorList& x) { return mul(x[1], x[0]); }, {a, b});
+}
+
+TEST_CASE("unary ops") {
+  Tensor x = leaf(rand_tensor({4, 5}, 7, true));
+  Tensor pos = leaf(rand_tensor({4, 5}, 8, true, 0.2, 3.0));
+  check_gradients([](const TensorList& v) { return neg(v[0]); }, {x});
+  check_gradients([](const TensorList& v) { return tanh(v[0]); }, {x});
+  check_gradients([](const TensorList& v) { return sigmoid(v[0]); }, {x});
+  check_gradients([](const TensorList& v) { return exp(v[0]); }, {x});
+  check_gradients([](const TensorList& v) { return log(v[0]); }, {pos});
+  check_gradients([](const TensorList& v) { return sqrt(v[0]); }, {pos});
+  check_gradients([](const TensorList& v) { return pow(v[0], 3.0); }, {x});
+  check_gradients([](const TensorList& v) { return pow(v[0], -1.5); }, {pos});
+  check_gradients([](const TensorList& v) { return add(v[0], 2.5); }, {x});
+  check_gradients([](const TensorList& v) { return mul(v[0], -1.75); }, {x});
+  check_gradients([](const TensorList& v) { return 3.0 - v[0] / 2.0; }, {x});
+  check_gradients([](const TensorList& v) { return 2.0 / v[0]; }, {pos});
+}
+
+TEST_CASE("relu away from the kink") {
+  // Keep |x| >= 0.1 so finite differences never straddle 0.
+  auto v = rand_tensor({6, 7}, 9).to_vector<double>();
+  for (auto& e : v) e = e >= 0 ? e + 0.1 : e - 0.1;
+  Tensor x = leaf(from_vector(v, {6, 7}));
+  check_gradients([](const TensorList& v) { return relu(v[0]); }, {x});
+}
+
+TEST_CASE("sum and mean over dims") {
+  Tensor x = leaf(rand_tensor({2, 3, 4}, 11, true));
+  check_gradients([](const TensorList& v) { return sum(v[0]); }, {x});
+  check_gradients([](const TensorList& v) { return sum(v[0], {1}); }, {x});
+  check_gradients([](const TensorList& v) { return sum(v[0], {0, 2}, true); }, {x});
+  check_gradients([](const TensorList& v) { return sum(v[0], {-1}); }, {x});
+  check_gradients([](const TensorList& v) { return mean(v[0], {0, 1}); }, {x});
+  check_gradients([](const TensorList& v) { return mean(v[0]); }, {x});
+}
+
+TEST_CASE("max along a dim") {
+  // Distinct values so the argmax is stable under the finite-difference step.
+  std::vector<double> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = ((i * 7) % 24) * 0.1;
+  Tensor x = leaf(from_vector(v, {2, 3, 4}));
+  check_gradients([](const TensorList& t) { return max(t[0], 1).first; }, {x});
+  check_gradients([](const TensorList& t) { return max(t[0], -1, true).first; }, {x});
+}
+
+TEST_CASE("sum_to reverses broadcasting") {
+  Tensor x = leaf(rand_tensor({2, 3, 4}, 12));
+  check_gradients([](const TensorList& v) { return sum_to(v[0], {3, 1}); }, {x});
+  check_gradients([](const TensorList& v) { return sum_to(v[0], {4}); }, {x});
+}
+
+TEST_CASE("mm, bmm and matmul, including transposed views") {
+  Tensor a = leaf(rand_tensor({3, 5}, 13));
+  Tensor at = leaf(rand_tensor({3, 5}, 14, true));  // non-contiguous: a transposed buffer
+  Tensor b = leaf(rand_tensor({5, 2}, 15, true));
+  check_gradients([](const TensorList& v) { return mm(v[0], v[1]); }, {a, b});
+  check_gradients([](const TensorList& v) { return mm(v[0], v[1]); }, {at, b});
+  Tensor ba = leaf(rand_tensor({2, 3, 4}, 16));
+  Tensor bb = leaf(rand_tensor({2, 4, 5}, 17, true));
+  check_gradients([](const TensorList& v) { return bmm(v[0], v[1]); }, {ba, bb});
+  Tensor w = leaf(rand_tensor({4, 6}, 18));
+  check_gradients([](const TensorList& v) { return matmul(v[0], v[1]); }, {ba, w});
+  Tensor bc = leaf(rand_tensor({4, 5}, 19));
+  check_gradients([](const TensorList& v) { return matmul(v[0], v[1]); }, {ba, bc});  // broadcast batch
+}
+
+TEST_CASE("gather_rows and scatter_add_rows with duplicate indices") {
+  Tensor table = leaf(rand_tensor({5, 3}, 20));
+  Tensor idx = from_vector<int64_t>({4, 0, 4, 2, 4, 1}, {2, 3});
+  check_gradients([idx](const TensorList& v) { return gather_rows(v[0], idx); }, {table});
+  Tensor src = leaf(rand_tensor({2, 3, 3}, 21));
+  check_gradients([idx](const TensorList& v) { return scatter_add_rows(v[0], idx, 6); }, {src});
+}
+
+TEST_CASE("pad and cat") {
+  Tensor x = leaf(rand_tensor({2, 3, 4}, 22, true));
+  check_gradients([](const TensorList& v) { return pad(v[0], 1, 2, 1); }, {x});
+  check_gradients([](const TensorList& v) { return pad(v[0], -1, 0, 3, 1.5); }, {x});
+  Tensor y = leaf(rand_tensor({2, 2, 4}, 23));
+  check_gradients([](const TensorList& v) { return cat({v[0], v[1], v[0]}, 1); }, {x, y});
+}
+
+TEST_CASE("views: reshape, view, transpose, permute, narrow, expand, squeeze") {
+  Tensor x = leaf(rand_tensor({2, 3, 4}, 24, true));  // non-contiguous: reshape copies
+  Tensor c = leaf(rand_tensor({2, 3, 4}, 25));
+  check_gradients([](const TensorList& v) { return v[0].reshape({4, 6}); }, {x});
+  check_gradients([](const TensorList& v) { return v[0].view({6, -1}); }, {c});
+  check_gradients([](const TensorList& v) { return v[0].transpose(0, 2); }, {x});
+  check_gradients([](const TensorList& v) { return v[0].permute({1, 2, 0}); }, {x});
+  check_gradients([](const TensorList& v) { return v[0].narrow(2, 1, 2); }, {x});
+  check_gradients([](const TensorList& v) { return v[0].narrow(1, 2, 1).squeeze(1); }, {x});
+  check_gradients([](const TensorList& v) { return v[0].unsqueeze(1).expand({2, 5, 3, 4}); }, {x});
+  Tensor b = leaf(rand_tensor({3, 1}, 26));
+  check_gradients([](const TensorList& v) { return v[0].expand({2, 3, 4}); }, {b});
+}
+
+TEST_CASE("contiguous, clone and dtype round trip") {
+  Tensor x = leaf(rand_tensor({3, 4}, 27, true));
+  check_gradients([](const TensorList& v) { return v[0].contiguous(); }, {x});
+  check_gradients([](const TensorList& v) { return clone(v[0]); }, {x});
+  // float64 -> float32 -> float64 loses precision: check with a float32-sized tolerance.
+  check_gradients([](const TensorList& v) { return v[0].to(DType::F32).to(DType::F64); }, {x}, 1e-3, 1e-3, 1e-3);
+}
+
+TEST_CASE("a composed expression with fan-out accumulates gradients") {
+  Tensor x = leaf(rand_tensor({3, 4}, 28));
+  Tensor w = leaf(rand_tensor({4, 4}, 29, true));
+  check_gradients(
+      [](const TensorList& v) {
+        Tensor h = tanh(matmul(v[0], v[1]));
+        return add(mul(h, v[0]), sigmoid(matmul(h, v[1])));  // x and w each used twice
+      },
+      {x, w});
+}
+
+}  // TEST_SUITE
