@@ -42,4 +42,16 @@ Tensor cat(const TensorList& xs, int64_t dim_in) {
   return out;
 }
 
+Tensor stack(const TensorList& xs, int64_t dim) {
+  TCN_CHECK(!xs.empty(), "stack: needs at least one tensor");
+  int64_t d = wrap_dim(dim, xs[0].dim() + 1, "stack");
+  TensorList parts;
+  for (const Tensor& x : xs) {
+    check_defined("stack", x);
+    TCN_CHECK(x.shape() == xs[0].shape(), "stack: shapes differ, ", xs[0].shape(), " vs ", x.shape());
+    parts.push_back(x.unsqueeze(d));
+  }
+  return cat(parts, d);
+}
+
 }  // namespace tcn

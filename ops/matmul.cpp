@@ -1,41 +1,16 @@
 // Matrix products on the CPU through OpenBLAS. A 2-D operand whose rows or
 // columns are unit-stride goes to BLAS as it is (a transposed view is just
 // CblasTrans with the other leading dimension), so mm(a, b.t()) copies nothing.
-#include <cblas.h>
-
-#include <optional>
-
+#include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
 namespace tcn {
 
+using cpu::as_blas;
+using cpu::gemm;
+
 namespace {
-
-// A [rows, cols] matrix with element strides (s0, s1), as BLAS sees it.
-struct BlasOperand {
-  CBLAS_TRANSPOSE trans;
-  int64_t ld;
-};
-
-std::optional<BlasOperand> as_blas(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
-  if ((cols == 1 || s1 == 1) && (rows == 1 || s0 >= cols)) {
-    return BlasOperand{CblasNoTrans, std::max<int64_t>(rows == 1 ? cols : s0, 1)};
-  }
-  if ((rows == 1 || s0 == 1) && (cols == 1 || s1 >= rows)) {
-    return BlasOperand{CblasTrans, std::max<int64_t>(cols == 1 ? rows : s1, 1)};
-  }
-  return std::nullopt;
-}
-
-template <class T>
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-          const T* B, int64_t ldb, T* C, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc);
-}
 
 // out[b] = a[b] @ b[b] for every batch b; a is [B, M, K], b is [B, K, N], out [B, M, N] contiguous.
 void batched_gemm_cpu(const char* op, Tensor a, Tensor b, const Tensor& out) {
@@ -58,7 +33,7 @@ void batched_gemm_cpu(const char* op, Tensor a, Tensor b, const Tensor& out) {
     }
     for (int64_t i = 0; i < B; ++i)
       gemm<T>(oa->trans, ob->trans, M, N, K, a.data<T>() + i * a.stride(0), oa->ld,
-              b.data<T>() + i * b.stride(0), ob->ld, out.data<T>() + i * M * N, N);
+              b.data<T>() + i * b.stride(0), ob->ld, T(0), out.data<T>() + i * M * N, N);
   });
 }
 

@@ -76,6 +76,22 @@ Tensor scatter_add_rows(const Tensor& src, const Tensor& idx, int64_t num_rows);
 // Adds `left` and `right` entries of `value` along `dim`.
 Tensor pad(const Tensor& x, int64_t dim, int64_t left, int64_t right, double value = 0.0);
 Tensor cat(const TensorList& xs, int64_t dim);
+// Joins equally shaped tensors along a new dim.
+Tensor stack(const TensorList& xs, int64_t dim);
+// The slices of x along dim, as views; one tape node whose backward stacks the gradients.
+TensorList unbind(const Tensor& x, int64_t dim);
+
+// ---- layer primitives --------------------------------------------------------
+// Channels-last conv: x [B, T, Cin], w [Cout, Cin, K], bias [Cout] (or undefined)
+// -> [B, T, Cout]; output t reads inputs t + j*dilation - left_pad, zeros outside.
+// left_pad = (K-1)*dilation is a causal conv (PyTorch's padded conv + chomp). (ops/conv1d.cpp)
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t dilation, int64_t left_pad);
+// Mean over positions of -log softmax(logits)[target]; logits [..., V], targets int64 [...]. (ops/cross_entropy.cpp)
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// Inverted dropout with a Philox mask regenerated in backward; p = 0 returns x. (ops/dropout.cpp)
+Tensor dropout(const Tensor& x, double p, Generator& gen = default_generator());
+// One LSTM step: gates [B, 4H] (i, f, g, o pre-activations), c_prev [B, H] -> (h, c). (ops/lstm_cell.cpp)
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev);
 
 // ---- views (ops/view.cpp); also available as Tensor methods -------------------
 Tensor reshape(const Tensor& x, const Shape& shape);

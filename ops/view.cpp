@@ -184,6 +184,20 @@ Tensor squeeze(const Tensor& x, int64_t dim_in) {
                                   [dim](const Tensor& g) { return g.unsqueeze(dim); });
 }
 
+TensorList unbind(const Tensor& x, int64_t dim_in) {
+  check_defined("unbind", x);
+  int64_t dim = wrap_dim(dim_in, x.dim(), "unbind");
+  Shape shape = x.shape();
+  Strides strides = x.strides();
+  shape.erase(shape.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  TensorList out;
+  for (int64_t i = 0; i < x.size(dim); ++i) out.push_back(make_view(x, shape, strides, x.offset() + i * x.stride(dim)));
+  if (autograd::needs_grad({x}) && !out.empty())
+    autograd::record("unbind", {x}, out, [dim](const TensorList& g) { return TensorList{stack(g, dim)}; });
+  return out;
+}
+
 // ---- Tensor methods -------------------------------------------------------------
 Tensor Tensor::reshape(const Shape& s) const { return tcn::reshape(*this, s); }
 Tensor Tensor::view(const Shape& s) const { return tcn::view(*this, s); }

@@ -142,4 +142,44 @@ TEST_CASE("a composed expression with fan-out accumulates gradients") {
       {x, w});
 }
 
+TEST_CASE("conv1d: causal, dilated, 'same' padding, 1x1, no bias") {
+  Tensor x = leaf(rand_tensor({2, 9, 3}, 30, true));  // [B, T, Cin], non-contiguous
+  Tensor w = leaf(rand_tensor({4, 3, 3}, 31));         // [Cout, Cin, K]
+  Tensor b = leaf(rand_tensor({4}, 32));
+  check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 1, 2); }, {x, w, b});
+  check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 2, 4); }, {x, w, b});
+  check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 4, 8); }, {x, w, b});  // taps beyond T
+  check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], Tensor(), 2, 2); }, {x, w});  // symmetric
+  Tensor w1 = leaf(rand_tensor({5, 3, 1}, 33));
+  check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 1, 0); }, {x, w1, leaf(rand_tensor({5}, 34))});
+}
+
+TEST_CASE("cross_entropy on a narrowed window") {
+  Tensor logits = leaf(rand_tensor({2, 5, 7}, 35, false, -3, 3));
+  Tensor targets = from_vector<int64_t>({0, 6, 3, 3, 1, 2}, {2, 3});
+  check_gradients([targets](const TensorList& v) { return cross_entropy(v[0].narrow(1, 2, 3), targets); }, {logits});
+}
+
+TEST_CASE("dropout with a fixed generator state") {
+  Tensor x = leaf(rand_tensor({4, 6}, 36, true));
+  check_gradients(
+      [](const TensorList& v) {
+        Generator gen(77);  // the same mask at every evaluation
+        return dropout(v[0], 0.3, gen);
+      },
+      {x});
+}
+
+TEST_CASE("lstm_cell, both outputs") {
+  Tensor gates = leaf(rand_tensor({3, 8}, 37, false, -2, 2));
+  Tensor c = leaf(rand_tensor({3, 2}, 38));
+  check_gradients(
+      [](const TensorList& v) {
+        auto [h, cn] = lstm_cell(v[0], v[1]);
+        return add(h, mul(cn, 0.7));
+      },
+      {gates, c});
+  check_gradients([](const TensorList& v) { return lstm_cell(v[0], v[1]).second; }, {gates, c});
+}
+
 }  // TEST_SUITE

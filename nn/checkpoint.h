@@ -1,0 +1,23 @@
+// A module's parameters as a safetensors file, under the names PyTorch's
+// state_dict uses (a tied weight once, as its first name, e.g. encoder.weight),
+// with the model's configuration and vocabulary in __metadata__.
+#pragma once
+
+#include "nn/module.h"
+#include "nn/safetensors.h"
+
+namespace tcn::nn {
+
+// Writes the module's parameters (plus `extra` tensors, e.g. optimizer state,
+// under their own names) atomically.
+void save_module(const std::string& path, const Module& module, const Metadata& metadata,
+                 const NamedTensors& extra = {});
+
+// Copies the file's tensors into the module's parameters (in place, so tied
+// weights stay tied). Every parameter must be present with the same shape and
+// a float dtype, and no unexpected name may appear except under
+// `ignore_prefix` (e.g. "optim."); all problems are reported in one error and
+// nothing is modified unless all checks pass.
+void load_module(const SafetensorsContents& file, Module& module, const std::string& ignore_prefix = "");
+
+}  // namespace tcn::nn

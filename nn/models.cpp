@@ -1,0 +1,135 @@
+#include "nn/models.h"
+
+namespace tcn::nn {
+
+// ---- TemporalBlock / TemporalConvNet ---------------------------------------------
+TemporalBlock::TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t dilation, double p, Generator& init,
+                             Generator& drop) {
+  Conv1d::Options wn{.dilation = dilation, .causal = true, .bias = true, .weight_norm = true};
+  conv1 = register_module("conv1", std::make_shared<Conv1d>(in, out, kernel, init, wn));
+  conv2 = register_module("conv2", std::make_shared<Conv1d>(out, out, kernel, init, wn));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(p, drop));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(p, drop));
+  if (in != out) {
+    downsample = register_module("downsample", std::make_shared<Conv1d>(in, out, 1, init));
+    autograd::NoGrad ng;
+    normal_(downsample->weight, 0.0, 0.01, init);
+  }
+}
+
+Tensor TemporalBlock::forward(const Tensor& x) const {
+  Tensor out = dropout1->forward(relu(conv1->forward(x)));
+  out = dropout2->forward(relu(conv2->forward(out)));
+  Tensor res = downsample ? downsample->forward(x) : x;
+  return relu(add(out, res));
+}
+
+TemporalConvNet::TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double p,
+                                 Generator& init, Generator& drop) {
+  network = register_module("network", std::make_shared<ModuleList<TemporalBlock>>());
+  for (size_t i = 0; i < channels.size(); ++i) {
+    int64_t in = i == 0 ? inputs : channels[i - 1];
+    network->push_back(std::make_shared<TemporalBlock>(in, channels[i], kernel, int64_t{1} << i, p, init, drop));
+  }
+}
+
+Tensor TemporalConvNet::forward(const Tensor& x) const {
+  Tensor h = x;
+  for (const auto& block : network->items()) h = block->forward(h);
+  return h;
+}
+
+// ---- configs -------------------------------------------------------------------------
+nlohmann::json TCNConfig::to_json() const {
+  return {{"vocab_size", vocab_size}, {"emsize", emsize}, {"nhid", nhid},           {"levels", levels},
+          {"ksize", ksize},           {"dropout", dropout}, {"emb_dropout", emb_dropout}};
+}
+
+TCNConfig TCNConfig::from_json(const nlohmann::json& j) {
+  TCNConfig c;
+  try {
+    c.vocab_size = j.at("vocab_size");
+    c.emsize = j.at("emsize");
+    c.nhid = j.at("nhid");
+    c.levels = j.at("levels");
+    c.ksize = j.at("ksize");
+    c.dropout = j.value("dropout", c.dropout);
+    c.emb_dropout = j.value("emb_dropout", c.emb_dropout);
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL("TCN config ", j.dump(), " is invalid: ", e.what());
+  }
+  return c;
+}
+
+nlohmann::json LSTMConfig::to_json() const {
+  return {{"vocab_size", vocab_size}, {"emsize", emsize},   {"nhid", nhid},
+          {"layers", layers},         {"dropout", dropout}, {"emb_dropout", emb_dropout}};
+}
+
+LSTMConfig LSTMConfig::from_json(const nlohmann::json& j) {
+  LSTMConfig c;
+  try {
+    c.vocab_size = j.at("vocab_size");
+    c.emsize = j.at("emsize");
+    c.nhid = j.at("nhid");
+    c.layers = j.at("layers");
+    c.dropout = j.value("dropout", c.dropout);
+    c.emb_dropout = j.value("emb_dropout", c.emb_dropout);
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL("LSTM config ", j.dump(), " is invalid: ", e.what());
+  }
+  return c;
+}
+
+// ---- the models ------------------------------------------------------------------------
+TCNCharLM::TCNCharLM(const TCNConfig& c, uint64_t seed) : cfg(c) {
+  TCN_CHECK(c.levels >= 1, "TCN: levels must be >= 1, got ", c.levels);
+  Generator init(seed);
+  dropout_gen_ = Generator(seed ^ 0x5eedd20b0u);
+  encoder = register_module("encoder", std::make_shared<Embedding>(c.vocab_size, c.emsize, init));
+  drop = register_module("drop", std::make_shared<Dropout>(c.emb_dropout, dropout_gen_));
+  std::vector<int64_t> channels(c.levels - 1, c.nhid);
+  channels.push_back(c.emsize);  // the last level returns to emsize so the decoder can share the embedding
+  tcn = register_module("tcn", std::make_shared<TemporalConvNet>(c.emsize, channels, c.ksize, c.dropout, init,
+                                                                 dropout_gen_));
+  decoder = register_module("decoder", std::make_shared<Linear>(c.emsize, c.vocab_size, init,
+                                                                Linear::Options{.tied = encoder->weight}));
+  autograd::NoGrad ng;
+  uniform_(encoder->weight, -0.1, 0.1, init);
+  zero_(decoder->bias);
+}
+
+Tensor TCNCharLM::forward(const Tensor& tokens) {
+  TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "TCN: tokens must be int64 [batch, time], got ",
+            tokens.dtype(), " ", tokens.shape());
+  Tensor emb = drop->forward(encoder->forward(tokens));  // [B, T, emsize]
+  return decoder->forward(tcn->forward(emb));             // [B, T, vocab]
+}
+
+LSTMCharLM::LSTMCharLM(const LSTMConfig& c, uint64_t seed) : cfg(c) {
+  Generator init(seed);
+  dropout_gen_ = Generator(seed ^ 0x5eedd20b0u);
+  encoder = register_module("encoder", std::make_shared<Embedding>(c.vocab_size, c.emsize, init));
+  drop = register_module("drop", std::make_shared<Dropout>(c.dropout, dropout_gen_));
+  rnn = register_module("rnn", std::make_shared<LSTM>(c.emsize, c.nhid, c.layers, init));
+  decoder = register_module("decoder", std::make_shared<Linear>(c.nhid, c.vocab_size, init));
+  autograd::NoGrad ng;
+  uniform_(encoder->weight, -0.1, 0.1, init);
+}
+
+Tensor LSTMCharLM::forward(const Tensor& tokens) {
+  TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "LSTM: tokens must be int64 [batch, time], got ",
+            tokens.dtype(), " ", tokens.shape());
+  Tensor emb = encoder->forward(tokens);
+  if (is_training() && cfg.emb_dropout > 0) emb = dropout(emb, cfg.emb_dropout, dropout_gen_);
+  Tensor out = rnn->forward(emb).first;
+  return decoder->forward(drop->forward(out));
+}
+
+std::unique_ptr<CharLM> make_char_lm(const std::string& kind, const nlohmann::json& config, uint64_t seed) {
+  if (kind == "tcn") return std::make_unique<TCNCharLM>(TCNConfig::from_json(config), seed);
+  if (kind == "lstm") return std::make_unique<LSTMCharLM>(LSTMConfig::from_json(config), seed);
+  TCN_FAIL("unknown model '", kind, "': expected tcn or lstm");
+}
+
+}  // namespace tcn::nn

@@ -1,0 +1,96 @@
+// The two character language models of the mission, built from the layers.
+//
+// TCN (locuslab char_cnn): embedding -> embedding dropout -> TemporalConvNet
+// with channels [nhid] * (levels - 1) + [emsize] -> linear decoder whose weight
+// is the embedding's. Parameter names match the PyTorch model's state_dict.
+// LSTM baseline: embedding -> dropout -> LSTM -> dropout -> linear decoder.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "nn/layers.h"
+
+namespace tcn::nn {
+
+// One residual block: two weight-normed causal convs with ReLU and dropout,
+// plus a 1x1 conv on the residual path when the channel count changes;
+// output relu(net(x) + res).
+class TemporalBlock : public Module {
+ public:
+  TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t dilation, double dropout, Generator& init,
+                Generator& drop);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<Conv1d> conv1, conv2, downsample;  // downsample is null when in == out
+  std::shared_ptr<Dropout> dropout1, dropout2;
+};
+
+// Blocks with dilation 2^i; children "network.0", "network.1", ...
+class TemporalConvNet : public Module {
+ public:
+  TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double dropout,
+                  Generator& init, Generator& drop);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<ModuleList<TemporalBlock>> network;
+};
+
+struct TCNConfig {
+  int64_t vocab_size = 50, emsize = 100, nhid = 450, levels = 3, ksize = 3;
+  double dropout = 0.1, emb_dropout = 0.1;
+  nlohmann::json to_json() const;
+  static TCNConfig from_json(const nlohmann::json& j);
+};
+
+struct LSTMConfig {
+  int64_t vocab_size = 50, emsize = 100, nhid = 700, layers = 1;
+  double dropout = 0.1, emb_dropout = 0.1;
+  nlohmann::json to_json() const;
+  static LSTMConfig from_json(const nlohmann::json& j);
+};
+
+// What a trainer needs from either model.
+class CharLM : public Module {
+ public:
+  // tokens int64 [B, T] -> logits [B, T, vocab]
+  virtual Tensor forward(const Tensor& tokens) = 0;
+  virtual std::string kind() const = 0;  // "tcn" or "lstm"
+  virtual nlohmann::json config_json() const = 0;
+  // The Philox stream of the dropout masks (save it to resume exactly).
+  Generator& dropout_generator() { return dropout_gen_; }
+
+ protected:
+  Generator dropout_gen_{0};
+};
+
+class TCNCharLM : public CharLM {
+ public:
+  // Init as locuslab's char_cnn: encoder (= decoder) weight U(-0.1, 0.1), decoder
+  // bias 0, downsample weights N(0, 0.01); the weight-normed convs keep PyTorch's
+  // default init (locuslab's normal_(0, 0.01) on them is undone by weight_norm).
+  TCNCharLM(const TCNConfig& cfg, uint64_t seed);
+  Tensor forward(const Tensor& tokens) override;
+  std::string kind() const override { return "tcn"; }
+  nlohmann::json config_json() const override { return cfg.to_json(); }
+  TCNConfig cfg;
+  std::shared_ptr<Embedding> encoder;
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<TemporalConvNet> tcn;
+  std::shared_ptr<Linear> decoder;
+};
+
+class LSTMCharLM : public CharLM {
+ public:
+  LSTMCharLM(const LSTMConfig& cfg, uint64_t seed);
+  Tensor forward(const Tensor& tokens) override;
+  std::string kind() const override { return "lstm"; }
+  nlohmann::json config_json() const override { return cfg.to_json(); }
+  LSTMConfig cfg;
+  std::shared_ptr<Embedding> encoder;
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<LSTM> rnn;
+  std::shared_ptr<Linear> decoder;
+};
+
+// Builds the model a checkpoint's metadata describes ("model" and "config").
+std::unique_ptr<CharLM> make_char_lm(const std::string& kind, const nlohmann::json& config, uint64_t seed);
+
+}  // namespace tcn::nn

@@ -1,0 +1,75 @@
+#include "nn/module.h"
+
+#include <algorithm>
+
+namespace tcn::nn {
+
+Tensor Module::register_parameter(const std::string& name, Tensor t) {
+  TCN_CHECK(t.defined(), "register_parameter: '", name, "' is undefined");
+  for (const auto& [n, p] : params_) TCN_CHECK(n != name, "register_parameter: '", name, "' registered twice");
+  t.requires_grad_(true);
+  params_.emplace_back(name, t);
+  return t;
+}
+
+void Module::register_shared_parameter(const std::string& name, const Tensor& t) {
+  TCN_CHECK(t.defined() && t.requires_grad() && t.is_leaf(), "register_shared_parameter: '", name,
+            "' must be an existing parameter");
+  params_.emplace_back(name, t);
+}
+
+void Module::collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen) const {
+  for (const auto& [name, t] : params_) {
+    const TensorImpl* id = t.impl_ptr().get();
+    if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    seen.push_back(id);
+    out.emplace_back(prefix + name, t);
+  }
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, seen);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect("", out, seen);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  on_train(on);
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() const {
+  for (auto& [name, t] : named_parameters()) t.zero_grad();
+}
+
+void Module::to(Device device) {
+  autograd::NoGrad ng;
+  for (auto& [name, t] : named_parameters()) {
+    if (t.device() == device) continue;
+    Tensor moved = t.to(device);
+    // Repoint the shared TensorImpl, so every holder of this parameter (tied
+    // modules included) sees the moved storage.
+    TensorImpl& impl = t.impl();
+    impl.storage = moved.storage();
+    impl.strides = moved.strides();
+    impl.offset = moved.offset();
+    t.zero_grad();
+  }
+}
+
+}  // namespace tcn::nn

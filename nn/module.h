@@ -1,0 +1,67 @@
+// Module: a named tree of parameters and sub-modules, with PyTorch's dotted
+// names ("tcn.network.0.conv1.weight_v"), train/eval mode and zero_grad.
+//
+// A layer registers its parameters and children in its constructor:
+//
+//   struct Linear : Module {
+//     Tensor weight, bias;
+//     Linear(int64_t in, int64_t out) {
+//       weight = register_parameter("weight", empty({out, in}));
+//       bias = register_parameter("bias", zeros({out}));
+//     }
+//   };
+//
+// A parameter is a leaf tensor that requires grad. Tensors are handles, so a
+// parameter shared by two modules (a tied weight) is the same tensor in both;
+// named_parameters() lists it once, under the first name met.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace tcn::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter once, in registration order (depth first), with dotted names.
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  int64_t num_parameters() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad() const;
+  // Moves every parameter to `device` (in place: the same handles now point at device memory).
+  void to(Device device);
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor t);
+  // Registers a parameter owned by another module (weight tying); not re-initialised, listed once.
+  void register_shared_parameter(const std::string& name, const Tensor& t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+  virtual void on_train(bool /*on*/) {}
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen) const;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tcn::nn

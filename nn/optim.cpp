@@ -1,0 +1,150 @@
+#include "nn/optim.h"
+
+#include <cmath>
+
+namespace tcn::nn {
+
+namespace {
+// Element loops over a contiguous CPU parameter, its gradient and state tensors.
+template <class F>
+void for_each_element(const Tensor& p, F f) {
+  TCN_CHECK(p.device().is_cpu(), "optimizer: no CUDA kernel yet for the parameter update");
+  dispatch_float(p.dtype(), "optimizer", [&]<class T>() { f.template operator()<T>(p.numel()); });
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : lr(lr), params_(std::move(params)) {
+  TCN_CHECK(lr >= 0, "optimizer: learning rate must be >= 0, got ", lr);
+  for (size_t i = 0; i < params_.size(); ++i)
+    TCN_CHECK(params_[i].requires_grad() && params_[i].is_leaf() && params_[i].is_contiguous(), "optimizer: parameter ",
+              i, " (shape ", params_[i].shape(), ") is not a contiguous leaf that requires grad");
+}
+
+void Optimizer::zero_grad() const {
+  for (const Tensor& p : params_) p.zero_grad();
+}
+
+void Optimizer::load_state(const NamedTensors& incoming) {
+  NamedTensors mine = state();
+  TCN_CHECK(incoming.size() == mine.size(), "optimizer state has ", incoming.size(), " tensors, expected ",
+            mine.size());
+  autograd::NoGrad ng;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    TCN_CHECK(incoming[i].first == mine[i].first && incoming[i].second.shape() == mine[i].second.shape(),
+              "optimizer state: got '", incoming[i].first, "' ", incoming[i].second.shape(), ", expected '",
+              mine[i].first, "' ", mine[i].second.shape());
+    copy_(mine[i].second, incoming[i].second.to(mine[i].second.dtype()).to(mine[i].second.device()));
+  }
+}
+
+// ---- SGD --------------------------------------------------------------------------------
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_decay)
+    : Optimizer(std::move(params), lr), momentum(momentum), weight_decay(weight_decay) {
+  TCN_CHECK(momentum >= 0 && weight_decay >= 0, "SGD: momentum and weight decay must be >= 0");
+  if (momentum != 0) {
+    for (const Tensor& p : params_) buf_.push_back(zeros(p.shape(), p.options()));
+    // PyTorch starts each buffer at the parameter's first gradient; 1 marks a started buffer.
+    started_ = zeros({static_cast<int64_t>(params_.size())}, {DType::F64});
+  }
+}
+
+void SGD::step() {
+  autograd::NoGrad ng;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    bool first = momentum != 0 && started_.data<double>()[i] == 0;
+    for_each_element(p, [&]<class T>(int64_t n) {
+      T* w = p.data<T>();
+      const T* gr = g.data<T>();
+      T* b = momentum != 0 ? buf_[i].data<T>() : nullptr;
+      const T lr_t = T(lr), wd = T(weight_decay), mom = T(momentum);
+      for (int64_t k = 0; k < n; ++k) {
+        T d = gr[k] + wd * w[k];
+        if (b) {
+          b[k] = first ? d : mom * b[k] + d;
+          d = b[k];
+        }
+        w[k] -= lr_t * d;
+      }
+    });
+    if (momentum != 0) started_.data<double>()[i] = 1;
+  }
+}
+
+NamedTensors SGD::state() const {
+  NamedTensors s;
+  if (momentum == 0) return s;
+  for (size_t i = 0; i < buf_.size(); ++i) s.emplace_back("momentum_buffer." + std::to_string(i), buf_[i]);
+  s.emplace_back("momentum_started", started_);
+  return s;
+}
+
+// ---- Adam -------------------------------------------------------------------------------
+Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps, double weight_decay)
+    : Optimizer(std::move(params), lr), beta1(beta1), beta2(beta2), eps(eps), weight_decay(weight_decay) {
+  TCN_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "Adam: betas must be in [0, 1), got ", beta1, ", ",
+            beta2);
+  for (const Tensor& p : params_) {
+    m_.push_back(zeros(p.shape(), p.options()));
+    v_.push_back(zeros(p.shape(), p.options()));
+  }
+  steps_ = zeros({static_cast<int64_t>(params_.size())}, {DType::F64});
+}
+
+void Adam::step() {
+  autograd::NoGrad ng;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    double& t = steps_.data<double>()[i];
+    t += 1;
+    const double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
+    const double step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
+    for_each_element(p, [&]<class T>(int64_t n) {
+      T* w = p.data<T>();
+      const T* gr = g.data<T>();
+      T *m = m_[i].data<T>(), *v = v_[i].data<T>();
+      const T b1 = T(beta1), b2 = T(beta2), wd = T(weight_decay);
+      for (int64_t k = 0; k < n; ++k) {
+        T d = gr[k] + wd * w[k];
+        m[k] = b1 * m[k] + (T(1) - b1) * d;
+        v[k] = b2 * v[k] + (T(1) - b2) * d * d;
+        T denom = std::sqrt(v[k]) / T(sqrt_bc2) + T(eps);
+        w[k] -= T(step_size) * m[k] / denom;
+      }
+    });
+  }
+}
+
+NamedTensors Adam::state() const {
+  NamedTensors s;
+  for (size_t i = 0; i < m_.size(); ++i) {
+    s.emplace_back("exp_avg." + std::to_string(i), m_[i]);
+    s.emplace_back("exp_avg_sq." + std::to_string(i), v_[i]);
+  }
+  s.emplace_back("step", steps_);
+  return s;
+}
+
+// ---- clipping -----------------------------------------------------------------------------
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  TCN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  autograd::NoGrad ng;
+  double sq = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    sq += sum(mul(g, g)).item();
+  }
+  const double norm = std::sqrt(sq);
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1)
+    for (const Tensor& p : params)
+      if (p.grad().defined()) mul_(p.grad(), coef);
+  return norm;
+}
+
+}  // namespace tcn::nn

@@ -1,0 +1,128 @@
+// End-to-end checks against PyTorch: the golden files written by
+// tools/reference/make_golden.py hold a model's weights, a batch, PyTorch's
+// logits, loss, every parameter gradient, and 5 steps of three optimizers.
+// Tolerances (float32 on both sides, different summation orders):
+//   logits, loss, gradients: relative 1e-4 (atol 1e-6 for values near zero)
+//   5 optimizer steps: losses and grad norms relative 1e-4, final parameters relative 1e-4.
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+
+using namespace tcn;
+using namespace tcn::nn;
+
+namespace {
+
+std::string golden_path(const std::string& name) { return std::string(TCN_SOURCE_DIR) + "/tests/golden/" + name; }
+
+// The file's tensors under `prefix`, with the prefix removed.
+SafetensorsContents with_prefix(const SafetensorsContents& f, const std::string& prefix) {
+  SafetensorsContents out;
+  out.path = f.path + " [" + prefix + "*]";
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind(prefix, 0) == 0 && name.find('.', prefix.size()) != std::string::npos)
+      out.tensors.emplace_back(name.substr(prefix.size()), t);
+  return out;
+}
+
+struct Golden {
+  SafetensorsContents file;
+  nlohmann::json config, training;
+  std::string model;
+  int64_t seq_len, validseqlen;
+};
+
+Golden load_golden(const std::string& name) {
+  Golden g{load_safetensors(golden_path(name)), {}, {}, {}, 0, 0};
+  REQUIRE(g.file.metadata.at("format") == "tcn-golden");
+  REQUIRE(g.file.metadata.at("version") == "1");
+  g.model = g.file.metadata.at("model");
+  g.config = nlohmann::json::parse(g.file.metadata.at("config"));
+  g.training = nlohmann::json::parse(g.file.metadata.at("training"));
+  g.seq_len = g.config.at("seq_len");
+  g.validseqlen = g.config.at("validseqlen");
+  return g;
+}
+
+Tensor scored_loss(CharLM& model, const Golden& g, Tensor* logits_out = nullptr) {
+  const Tensor& tokens = g.file.at("tokens");
+  const Tensor& targets = g.file.at("targets");
+  Tensor logits = model.forward(tokens);
+  if (logits_out) *logits_out = logits;
+  int64_t hist = g.seq_len - g.validseqlen;
+  return cross_entropy(logits.narrow(1, hist, g.validseqlen), targets.narrow(1, hist, g.validseqlen));
+}
+
+void check_against_golden(const std::string& name) {
+  Golden g = load_golden(name);
+  INFO("golden file ", name);
+  auto model = make_char_lm(g.model, g.config, 1);
+  load_module(with_prefix(g.file, "param."), *model);
+  model->eval();
+
+  Tensor logits;
+  Tensor loss = scored_loss(*model, g, &logits);
+  CHECK_CLOSE(logits, g.file.at("logits"), 1e-6, 1e-4);
+  CHECK_CLOSE(loss, g.file.at("loss"), 1e-6, 1e-4);
+  loss.backward();
+  for (const auto& [pname, p] : model->named_parameters()) {
+    INFO("gradient of ", pname);
+    REQUIRE(p.grad().defined());
+    CHECK_CLOSE(p.grad(), g.file.at("grad." + pname), 1e-6, 1e-4);
+  }
+
+  const double clip = g.training.at("clip");
+  const int steps = g.training.at("steps");
+  for (auto& [oname, o] : g.training.at("optimizers").items()) {
+    INFO("optimizer ", oname);
+    load_module(with_prefix(g.file, "param."), *model);
+    model->zero_grad();
+    std::unique_ptr<Optimizer> opt;
+    if (o.at("type") == "SGD")
+      opt = std::make_unique<SGD>(model->parameters(), o.at("lr"), o.value("momentum", 0.0), o.value("weight_decay", 0.0));
+    else
+      opt = std::make_unique<Adam>(model->parameters(), o.at("lr"));
+    std::vector<double> losses, norms;
+    for (int s = 0; s < steps; ++s) {
+      opt->zero_grad();
+      Tensor l = scored_loss(*model, g);
+      l.backward();
+      norms.push_back(clip_grad_norm(model->parameters(), clip));
+      losses.push_back(l.item());
+      opt->step();
+    }
+    CHECK_CLOSE(from_vector(losses, {steps}), g.file.at(oname + ".losses"), 1e-6, 1e-4);
+    CHECK_CLOSE(from_vector(norms, {steps}), g.file.at(oname + ".grad_norms"), 1e-6, 1e-4);
+    for (const auto& [pname, p] : model->named_parameters()) {
+      INFO("final value of ", pname);
+      CHECK_CLOSE(p, g.file.at(oname + ".final." + pname), 1e-6, 1e-4);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("golden") {
+
+TEST_CASE("TCN char-LM matches PyTorch: logits, loss, gradients, 5 steps of SGD, SGD+momentum, Adam") {
+  check_against_golden("tcn_small.safetensors");
+}
+
+TEST_CASE("LSTM char-LM (2 layers) matches PyTorch") { check_against_golden("lstm_small.safetensors"); }
+
+TEST_CASE("parameter counts of the reference configurations") {
+  TCNCharLM tcn(TCNConfig{}, 1);
+  CHECK(tcn.num_parameters() == 2222100);
+  int64_t conv = 0;
+  for (const auto& [name, p] : tcn.named_parameters())
+    if (name.rfind("tcn.", 0) == 0) conv += p.numel();
+  CHECK(conv == 2217050);
+  CHECK(tcn.decoder->weight.shares_storage(tcn.encoder->weight));
+  LSTMCharLM lstm(LSTMConfig{}, 1);
+  CHECK(lstm.num_parameters() == 2285650);
+}
+
+}  // TEST_SUITE
