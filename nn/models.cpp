@@ -132,4 +132,42 @@ std::unique_ptr<CharLM> make_char_lm(const std::string& kind, const nlohmann::js
   TCN_FAIL("unknown model '", kind, "': expected tcn or lstm");
 }
 
+// ---- checkpoints --------------------------------------------------------------------------
+void save_char_lm(const std::string& path, const CharLM& model, const std::vector<std::string>& vocab,
+                  const Metadata& extra_metadata, const NamedTensors& extra_tensors) {
+  Metadata meta = extra_metadata;
+  meta["format"] = "tcn-checkpoint";
+  meta["version"] = "1";
+  meta["model"] = model.kind();
+  meta["config"] = model.config_json().dump();
+  meta["vocab"] = nlohmann::json(vocab).dump();
+  save_module(path, model, meta, extra_tensors);
+}
+
+LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_prefix) {
+  LoadedCharLM out;
+  out.file = load_safetensors(path);
+  const Metadata& m = out.file.metadata;
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = m.find(key);
+    TCN_CHECK(it != m.end(), path, ": not a tcn checkpoint (no '", key, "' in its metadata)");
+    return it->second;
+  };
+  TCN_CHECK(get("format") == "tcn-checkpoint", path, ": metadata format is '", get("format"),
+            "', expected tcn-checkpoint");
+  TCN_CHECK(get("version") == "1", path, ": checkpoint version ", get("version"), " is not supported (expected 1)");
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(get("config"));
+    out.vocab = nlohmann::json::parse(get("vocab")).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL(path, ": corrupt checkpoint metadata (", e.what(), ")");
+  }
+  out.model = make_char_lm(get("model"), config, 0);
+  TCN_CHECK(static_cast<int64_t>(out.vocab.size()) == config.value("vocab_size", int64_t{-1}), path, ": vocabulary of ",
+            out.vocab.size(), " characters does not match vocab_size in the config ", config.dump());
+  load_module(out.file, *out.model, ignore_prefix);
+  return out;
+}
+
 }  // namespace tcn::nn

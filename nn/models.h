@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/checkpoint.h"
 #include "nn/layers.h"
 
 namespace tcn::nn {
@@ -92,5 +93,20 @@ class LSTMCharLM : public CharLM {
 
 // Builds the model a checkpoint's metadata describes ("model" and "config").
 std::unique_ptr<CharLM> make_char_lm(const std::string& kind, const nlohmann::json& config, uint64_t seed);
+
+// Character-LM checkpoints: the model's parameters under PyTorch's names, and
+// __metadata__ {"format": "tcn-checkpoint", "version": "1", "model": "tcn"|"lstm",
+// "config": JSON, "vocab": JSON list of the characters}, plus `extra` entries.
+void save_char_lm(const std::string& path, const CharLM& model, const std::vector<std::string>& vocab,
+                  const Metadata& extra_metadata = {}, const NamedTensors& extra_tensors = {});
+
+struct LoadedCharLM {
+  std::unique_ptr<CharLM> model;
+  std::vector<std::string> vocab;
+  SafetensorsContents file;  // everything in the file (metadata, extra tensors)
+};
+// Rebuilds the model from the metadata and loads its weights strictly; tensors
+// under `ignore_prefix` (e.g. "optim.") are left for the caller.
+LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_prefix = "");
 
 }  // namespace tcn::nn

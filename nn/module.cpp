@@ -57,19 +57,28 @@ void Module::zero_grad() const {
   for (auto& [name, t] : named_parameters()) t.zero_grad();
 }
 
-void Module::to(Device device) {
+void Module::repoint(const std::function<Tensor(const Tensor&)>& convert) {
   autograd::NoGrad ng;
   for (auto& [name, t] : named_parameters()) {
-    if (t.device() == device) continue;
-    Tensor moved = t.to(device);
-    // Repoint the shared TensorImpl, so every holder of this parameter (tied
-    // modules included) sees the moved storage.
+    Tensor moved = convert(t.detach());
+    if (moved.shares_storage(t)) continue;
+    // Repoint the shared TensorImpl, so every holder of this parameter sees the new storage.
     TensorImpl& impl = t.impl();
     impl.storage = moved.storage();
     impl.strides = moved.strides();
     impl.offset = moved.offset();
+    impl.dtype = moved.dtype();
     t.zero_grad();
   }
+}
+
+void Module::to(Device device) {
+  repoint([device](const Tensor& t) { return t.to(device); });
+}
+
+void Module::to(DType dtype) {
+  TCN_CHECK(is_floating(dtype), "Module::to: parameters must stay floating point, got ", dtype);
+  repoint([dtype](const Tensor& t) { return t.to(dtype); });
 }
 
 }  // namespace tcn::nn

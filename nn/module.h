@@ -16,6 +16,7 @@
 // named_parameters() lists it once, under the first name met.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,8 +44,10 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
   void zero_grad() const;
-  // Moves every parameter to `device` (in place: the same handles now point at device memory).
+  // Moves every parameter to `device` or converts it to `dtype`, in place: the
+  // same handles (tied ones included) now refer to the new storage. Grads are dropped.
   void to(Device device);
+  void to(DType dtype);
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);
@@ -58,6 +61,7 @@ class Module {
   virtual void on_train(bool /*on*/) {}
 
  private:
+  void repoint(const std::function<Tensor(const Tensor&)>& convert);
   void collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen) const;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

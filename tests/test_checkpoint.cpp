@@ -1,0 +1,160 @@
+// safetensors and checkpoints: round trips, and every way a file can be bad
+// is a clear error that names the file and the problem, and loads nothing.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "helpers.h"
+#include "nn/models.h"
+
+using namespace tcn;
+using namespace tcn::nn;
+namespace fs = std::filesystem;
+
+#define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("tcn_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+std::string read_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+void write_bytes(const std::string& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TCNConfig small_tcn() { return TCNConfig{.vocab_size = 5, .emsize = 4, .nhid = 6, .levels = 2, .ksize = 3}; }
+
+}  // namespace
+
+TEST_SUITE("checkpoint") {
+
+TEST_CASE("safetensors round trip keeps names, dtypes, shapes, values and metadata") {
+  TempDir dir;
+  Tensor f = test::rand_tensor({3, 4}, 1, true, -1, 1, DType::F32);  // non-contiguous on purpose
+  Tensor d = test::rand_tensor({2}, 2);
+  Tensor i = from_vector<int64_t>({7, -1, 3}, {3});
+  Tensor s = scalar_tensor(2.5);
+  save_safetensors(dir.file("a.safetensors"), {{"f", f}, {"d", d}, {"i", i}, {"s", s}}, {{"k", "v \"quoted\""}});
+  CHECK_FALSE(fs::exists(dir.file("a.safetensors.tmp")));
+  SafetensorsContents c = load_safetensors(dir.file("a.safetensors"));
+  CHECK(c.metadata.at("k") == "v \"quoted\"");
+  CHECK(c.at("f").dtype() == DType::F32);
+  CHECK(c.at("f").to_vector<float>() == f.to_vector<float>());
+  CHECK(c.at("d").to_vector<double>() == d.to_vector<double>());
+  CHECK(c.at("i").to_vector<int64_t>() == i.to_vector<int64_t>());
+  CHECK(c.at("s").shape().empty());
+  CHECK(c.at("s").item() == 2.5);
+  // The 8-byte length plus the header is a multiple of 8 (aligned data).
+  std::string bytes = read_bytes(dir.file("a.safetensors"));
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK((8 + n) % 8 == 0);
+}
+
+TEST_CASE("char-LM checkpoint round trip: same logits, tied weight re-tied") {
+  TempDir dir;
+  TCNCharLM m(small_tcn(), 3);
+  m.eval();
+  save_char_lm(dir.file("m.safetensors"), m, {"a", "b", "c", "d", "e"});
+  LoadedCharLM back = load_char_lm(dir.file("m.safetensors"));
+  back.model->eval();
+  Tensor tokens = from_vector<int64_t>({0, 1, 2, 3, 4, 4, 3}, {1, 7});
+  CHECK(back.model->forward(tokens).to_vector<float>() == m.forward(tokens).to_vector<float>());
+  auto& t = dynamic_cast<TCNCharLM&>(*back.model);
+  CHECK(t.decoder->weight.shares_storage(t.encoder->weight));
+  CHECK(back.vocab == std::vector<std::string>{"a", "b", "c", "d", "e"});
+  CHECK_FALSE(load_safetensors(dir.file("m.safetensors")).contains("decoder.weight"));  // stored once
+}
+
+TEST_CASE("bad files: missing, empty, truncated, corrupt header, bad dtype, bad offsets") {
+  TempDir dir;
+  const std::string good = dir.file("good.safetensors");
+  save_safetensors(good, {{"w", ones({4, 4})}});
+  const std::string bytes = read_bytes(good);
+  CHECK_ERROR(load_safetensors(dir.file("nope.safetensors")), "nope.safetensors: cannot open");
+  write_bytes(dir.file("empty"), "");
+  CHECK_ERROR(load_safetensors(dir.file("empty")), "shorter than the 8-byte header length");
+  write_bytes(dir.file("trunc_data"), bytes.substr(0, bytes.size() - 5));
+  CHECK_ERROR(load_safetensors(dir.file("trunc_data")), "truncated: tensor 'w' ends at byte 64 of a data section of 59 bytes");
+  write_bytes(dir.file("trunc_header"), bytes.substr(0, 20));
+  CHECK_ERROR(load_safetensors(dir.file("trunc_header")), "header length");
+  std::string corrupt = bytes;
+  corrupt[9] = '#';
+  write_bytes(dir.file("corrupt"), corrupt);
+  CHECK_ERROR(load_safetensors(dir.file("corrupt")), "corrupt header (invalid JSON");
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string b = bytes;
+    b.replace(b.find(from), from.size(), to);
+    return b;
+  };
+  write_bytes(dir.file("dtype"), replace("\"F32\"", "\"BF16\""));
+  CHECK_ERROR(load_safetensors(dir.file("dtype")), "tensor 'w' has unsupported dtype BF16");
+  write_bytes(dir.file("shape"), replace("[4,4]", "[4,5]"));
+  CHECK_ERROR(load_safetensors(dir.file("shape")), "has 64 bytes of data for shape [4, 5] of float32");
+}
+
+TEST_CASE("a checkpoint that does not match the model lists every problem and changes nothing") {
+  TempDir dir;
+  TCNCharLM m(small_tcn(), 3);
+  NamedTensors params = m.named_parameters();
+  // Drop one tensor, reshape another, add a stray one.
+  NamedTensors edited;
+  for (auto& [n, t] : params) {
+    if (n == "decoder.bias") continue;
+    if (n == "tcn.network.0.conv1.weight_v") edited.emplace_back(n, zeros({6, 4, 2}));
+    else edited.emplace_back(n, t);
+  }
+  edited.emplace_back("decoder.weight", zeros({5, 4}));
+  save_safetensors(dir.file("bad.safetensors"), edited);
+  TCNCharLM target(small_tcn(), 99);
+  auto before = target.encoder->weight.to_vector<float>();
+  auto err = [&] {
+    try {
+      load_module(load_safetensors(dir.file("bad.safetensors")), target);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  CHECK(err.find("does not match the model (3 problems)") != std::string::npos);
+  CHECK(err.find("missing 'decoder.bias' [5]") != std::string::npos);
+  CHECK(err.find("'tcn.network.0.conv1.weight_v' has shape [6, 4, 2], the model expects [6, 4, 3]") != std::string::npos);
+  CHECK(err.find("unexpected 'decoder.weight' [5, 4]") != std::string::npos);
+  CHECK(target.encoder->weight.to_vector<float>() == before);  // nothing loaded
+}
+
+TEST_CASE("checkpoint metadata errors") {
+  TempDir dir;
+  save_safetensors(dir.file("plain.safetensors"), {{"w", ones({2})}});
+  CHECK_ERROR(load_char_lm(dir.file("plain.safetensors")), "not a tcn checkpoint (no 'format' in its metadata)");
+  TCNCharLM m(small_tcn(), 3);
+  save_char_lm(dir.file("v.safetensors"), m, {"a", "b"});
+  CHECK_ERROR(load_char_lm(dir.file("v.safetensors")), "vocabulary of 2 characters does not match vocab_size");
+  save_module(dir.file("k.safetensors"), m,
+              {{"format", "tcn-checkpoint"}, {"version", "1"}, {"model", "gru"}, {"config", "{}"}, {"vocab", "[]"}});
+  CHECK_ERROR(load_char_lm(dir.file("k.safetensors")), "unknown model 'gru'");
+}
+
+TEST_CASE("an unwritable path is an error and leaves no file") {
+  CHECK_ERROR(save_safetensors("/nonexistent-dir/x.safetensors", {{"w", ones({2})}}), "cannot open '/nonexistent-dir/x.safetensors.tmp' for writing");
+}
+
+}  // TEST_SUITE
