@@ -64,6 +64,7 @@ class PlainCudaAllocator final : public Allocator {
 }  // namespace
 
 bool built_with_cuda() { return true; }
+bool kernels_available() { return false; }  // the op kernels arrive with the CUDA backend
 int device_count() { return probe().count; }
 std::string unavailable_reason() { return probe().reason; }
 

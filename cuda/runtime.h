@@ -18,6 +18,9 @@ bool built_with_cuda();
 // Number of usable CUDA devices (respects CUDA_VISIBLE_DEVICES); 0 when none.
 int device_count();
 inline bool is_available() { return device_count() > 0; }
+// Whether the layers' CUDA kernels exist in this build (false until the CUDA
+// backend lands): trainers use it to decide what --device auto means.
+bool kernels_available();
 // Why no device is usable ("" when one is).
 std::string unavailable_reason();
 

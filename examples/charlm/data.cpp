@@ -1,0 +1,92 @@
+#include "data.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "ops/ops.h"
+
+namespace charlm {
+
+using tcn::Tensor;
+
+Vocab Vocab::from_chars(const std::vector<std::string>& chars) {
+  Vocab v;
+  v.chars = chars;
+  for (size_t i = 0; i < chars.size(); ++i) {
+    TCN_CHECK(chars[i].size() == 1, "vocabulary entry ", i, " is not a single byte character");
+    v.index[static_cast<unsigned char>(chars[i][0])] = static_cast<int64_t>(i);
+  }
+  return v;
+}
+
+std::vector<int64_t> Vocab::encode(const std::string& text, const std::string& what) const {
+  std::vector<int64_t> out(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto it = index.find(static_cast<unsigned char>(text[i]));
+    if (it == index.end()) {
+      unsigned c = static_cast<unsigned char>(text[i]);
+      std::ostringstream os;
+      if (c >= 32 && c < 127) os << "'" << text[i] << "'";
+      else os << "byte 0x" << std::hex << c;
+      TCN_FAIL(what, ": character ", os.str(), " at offset ", i, " is not in the model's vocabulary of ", size(),
+               " characters");
+    }
+    out[i] = it->second;
+  }
+  return out;
+}
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  TCN_CHECK(f.good(), "cannot read ", path,
+            ": the data directory must hold ptb.train.txt, ptb.valid.txt and ptb.test.txt "
+            "(scripts/get_data.sh puts them in data/ptb)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  TCN_CHECK(!s.empty(), path, " is empty");
+  return s;
+}
+}  // namespace
+
+Corpus load_corpus(const std::string& dir) {
+  Corpus c;
+  c.train = read_text(dir + "/ptb.train.txt");
+  c.valid = read_text(dir + "/ptb.valid.txt");
+  c.test = read_text(dir + "/ptb.test.txt");
+  std::set<unsigned char> seen;
+  for (const std::string* s : {&c.train, &c.valid, &c.test})
+    for (unsigned char ch : *s) seen.insert(ch);
+  std::vector<std::string> chars;
+  for (unsigned char ch : seen) chars.emplace_back(1, static_cast<char>(ch));
+  c.vocab = Vocab::from_chars(chars);
+  return c;
+}
+
+Tensor batchify(const std::vector<int64_t>& data, int64_t batch, int64_t min_len, const std::string& what) {
+  TCN_CHECK(batch >= 1, "batch size must be >= 1, got ", batch);
+  const int64_t len = static_cast<int64_t>(data.size()) / batch;
+  TCN_CHECK(len >= min_len + 1, what, " has ", data.size(), " characters: too short for ", batch,
+            " streams of at least ", min_len + 1, " characters (one window plus its target)");
+  std::vector<int64_t> trimmed(data.begin(), data.begin() + batch * len);
+  return tcn::from_vector(trimmed, {batch, len});
+}
+
+std::vector<Window> windows(int64_t source_len, int64_t seq_len, int64_t validseqlen) {
+  std::vector<Window> out;
+  for (int64_t i = 0; i < source_len - 1; i += validseqlen) {
+    if (i + seq_len - validseqlen >= source_len) continue;
+    int64_t len = std::min(seq_len, source_len - 1 - i);
+    if (len <= seq_len - validseqlen) continue;  // nothing left to score
+    out.push_back({i, len});
+  }
+  return out;
+}
+
+std::pair<Tensor, Tensor> get_batch(const Tensor& source, const Window& w) {
+  return {source.narrow(1, w.start, w.len).contiguous(), source.narrow(1, w.start + 1, w.len).contiguous()};
+}
+
+}  // namespace charlm

@@ -1,0 +1,45 @@
+// `charlm train` and `charlm eval`: the training loop of the locuslab char_cnn
+// reference (SGD lr 4, clip 0.15, lr / 10 when validation stops improving),
+// with progress lines, a metrics CSV, atomic checkpoints and exact resume.
+#pragma once
+
+#include <string>
+
+#include "nn/models.h"
+
+namespace charlm {
+
+struct TrainOptions {
+  std::string model = "tcn";
+  int64_t batch_size = 32, seq_len = 400, validseqlen = 320;
+  int64_t emsize = 100, nhid = -1, levels = 3, ksize = 3, layers = 1;  // nhid -1: 450 (tcn) or 700 (lstm)
+  double dropout = 0.1, emb_dropout = 0.1;
+  double lr = 4.0, clip = 0.15;
+  std::string optim = "SGD";
+  int64_t epochs = 100, max_steps = 0;  // 0: no step limit
+  uint64_t seed = 1111;
+  int64_t log_interval = 100;
+  std::string device = "auto", data = "data/ptb", save, resume, metrics;
+  int threads = 0;  // 0: leave the default
+  int64_t eval_batch_size = 1, eval_batches = 0;  // 0: the whole split
+  int64_t save_every = 0;                          // also checkpoint every N steps (0: only at epoch ends)
+};
+
+int run_train(TrainOptions opts);
+
+struct EvalOptions {
+  std::string checkpoint, data = "data/ptb", split = "test", device = "auto";
+  int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
+  int threads = 0;
+};
+int run_eval(const EvalOptions& opts);
+
+// Mean loss (nats per character) of the model over a [B, L] source, scoring the
+// last validseqlen positions of each window; at most max_batches windows (0: all).
+double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_len, int64_t validseqlen,
+                int64_t max_batches = 0);
+
+// "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
+tcn::Device resolve_device(const std::string& name);
+
+}  // namespace charlm

@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Times full training steps of the reference PyTorch char-LMs.
+
+Used by `charlm bench` for a side-by-side comparison: it runs this script,
+then parses the single JSON line printed on stdout.  Progress goes to stderr.
+
+Run with Debian's python (/usr/bin/python3), which sees the system PyTorch.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_HERE, "reference"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from models import LSTMCharLM, TCNCharLM  # noqa: E402
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Benchmark training steps of the reference PyTorch char-LMs.")
+    ap.add_argument("--model", choices=("tcn", "lstm"), required=True)
+    ap.add_argument("--batch_size", type=int, default=32)
+    ap.add_argument("--seq_len", type=int, default=400)
+    ap.add_argument("--validseqlen", type=int, default=320)
+    ap.add_argument("--vocab", type=int, default=50)
+    ap.add_argument("--emsize", type=int, default=100)
+    ap.add_argument("--nhid", type=int, default=None,
+                    help="hidden size (default 450 for tcn, 700 for lstm)")
+    ap.add_argument("--levels", type=int, default=3)
+    ap.add_argument("--ksize", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--emb_dropout", type=float, default=0.1)
+    ap.add_argument("--lr", type=float, default=4.0)
+    ap.add_argument("--clip", type=float, default=0.15)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1111)
+    args = ap.parse_args(argv)
+    if args.nhid is None:
+        args.nhid = 450 if args.model == "tcn" else 700
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+    if args.warmup < 0:
+        ap.error("--warmup must be >= 0")
+    if not 0 < args.validseqlen <= args.seq_len:
+        ap.error("--validseqlen must be in (0, seq_len]")
+    if args.vocab < 1 or args.batch_size < 1:
+        ap.error("--vocab and --batch_size must be >= 1")
+    return args
+
+
+def build(args):
+    if args.model == "tcn":
+        return TCNCharLM(args.vocab, args.emsize, args.nhid, args.levels, args.ksize,
+                         args.dropout, args.emb_dropout)
+    return LSTMCharLM(args.vocab, args.emsize, args.nhid, args.layers,
+                      args.dropout, args.emb_dropout)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    model = build(args)
+    model.train()
+    # model.parameters() yields each tensor once, so the tied TCN
+    # encoder/decoder matrix is counted a single time.
+    params = list(model.parameters())
+    n_params = sum(p.numel() for p in params)
+    optimizer = torch.optim.SGD(params, lr=args.lr)
+
+    data = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1),
+                         dtype=torch.int64)
+    inp = data[:, :-1].contiguous()
+    tgt = data[:, 1:].contiguous()
+    eff = args.seq_len - args.validseqlen
+    tgt_flat = tgt[:, eff:].reshape(-1)
+
+    def step():
+        optimizer.zero_grad()
+        logits = model(inp)
+        loss = F.cross_entropy(logits[:, eff:].reshape(-1, args.vocab), tgt_flat)
+        loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
+        optimizer.step()
+        return loss.item()
+
+    log("bench_torch: torch %s, model %s, %d params, threads %d, batch %d x seq %d"
+        % (torch.__version__, args.model, n_params, torch.get_num_threads(),
+           args.batch_size, args.seq_len))
+
+    loss = float("nan")
+    for i in range(args.warmup):
+        t0 = time.perf_counter()
+        loss = step()
+        log("  warmup %d/%d: %.1f ms, loss %.4f"
+            % (i + 1, args.warmup, (time.perf_counter() - t0) * 1e3, loss))
+
+    times_ms = []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        ms = (time.perf_counter() - t0) * 1e3
+        times_ms.append(ms)
+        log("  step %d/%d: %.1f ms, loss %.4f" % (i + 1, args.steps, ms, loss))
+
+    result = {
+        "framework": "pytorch",
+        "torch_version": torch.__version__,
+        "model": args.model,
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "steps": args.steps,
+        "ms_per_step_median": round(statistics.median(times_ms), 3),
+        "ms_per_step_min": round(min(times_ms), 3),
+        "ms_per_step_all": [round(t, 3) for t in times_ms],
+        "params": n_params,
+        "final_loss": loss,
+    }
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
