@@ -52,8 +52,36 @@ inline int64_t offset_of(int64_t i, const Shape& shape, const Strides& strides) 
   return off;
 }
 
+// Reducing the leading dims of a tensor whose kept dims are one contiguous
+// trailing block (a bias gradient: [B, T, C] -> [C]): add whole rows, which
+// vectorises, each thread into its own double accumulator.
+template <class T>
+bool sum_leading_rows_cpu(const Tensor& x, const ReducePlan& p, T* out) {
+  if (!x.is_contiguous() || p.kept_shape.empty()) return false;
+  const int64_t rank = x.dim(), kept = static_cast<int64_t>(p.kept_shape.size());
+  for (int64_t d = 0; d < rank; ++d)  // kept dims must be exactly the last `kept` dims
+    if ((d >= rank - kept) != (p.out_shape_kd[d] != 1 || x.size(d) == 1)) return false;
+  const int64_t C = numel_of(p.kept_shape), R = x.numel() / std::max<int64_t>(C, 1);
+  const T* in = x.data<T>();
+  std::vector<double> total(C, 0.0);
+#pragma omp parallel if (R * C >= (1 << 15))
+  {
+    std::vector<double> acc(C, 0.0);
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < R; ++r) {
+      const T* row = in + r * C;
+      for (int64_t c = 0; c < C; ++c) acc[c] += row[c];
+    }
+#pragma omp critical
+    for (int64_t c = 0; c < C; ++c) total[c] += acc[c];
+  }
+  for (int64_t c = 0; c < C; ++c) out[c] = static_cast<T>(total[c]);
+  return true;
+}
+
 template <class T>
 void sum_cpu(const Tensor& x, const ReducePlan& p, T* out) {
+  if (sum_leading_rows_cpu(x, p, out)) return;
   const T* in = x.data<T>();
   const int64_t n_out = numel_of(p.kept_shape), n_red = numel_of(p.red_shape);
   const int64_t inner = p.red_shape.empty() ? 1 : p.red_shape.back();
