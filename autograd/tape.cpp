@@ -72,7 +72,14 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
 void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
   Tape& tp = tape();
   Node node{name, {}, {}, std::move(backward)};
-  for (const Tensor& t : inputs) node.inputs.push_back(t.defined() ? slot_of(t) : Slot{});
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.defined() && t.requires_grad() && !t.is_leaf())
+      TCN_CHECK(t.impl().autograd->tape_epoch == tp.epoch, name, ": input ", i, " (shape ", t.shape(),
+                ") was computed before the last backward(), which freed its graph; its gradient could not flow. "
+                "Recompute it, or detach() it to use it as a constant");
+    node.inputs.push_back(t.defined() ? slot_of(t) : Slot{});
+  }
   for (const Tensor& t : outputs) {
     TCN_CHECK(!t.requires_grad(), name, ": an output already has autograd history");
     auto meta = std::make_shared<AutogradMeta>();

@@ -120,16 +120,10 @@ std::pair<Tensor, LSTM::State> LSTM::forward(const Tensor& x, const std::optiona
   for (int64_t k = 0; k < layers; ++k) {
     // All time steps' input projections in one GEMM: [B, T, 4H].
     Tensor xp = add(matmul(input, weight_ih[k].t()), add(bias_ih[k], bias_hh[k]));
-    TensorList steps = unbind(xp, 1);
-    Tensor h = state ? state->h.narrow(0, k, 1).squeeze(0) : zeros({B, hidden}, x.options());
-    Tensor c = state ? state->c.narrow(0, k, 1).squeeze(0) : zeros({B, hidden}, x.options());
-    TensorList outs;
-    Tensor whh_t = weight_hh[k].t();
-    for (int64_t t = 0; t < T; ++t) {
-      std::tie(h, c) = lstm_cell(add(steps[t], mm(h, whh_t)), c);
-      outs.push_back(h);
-    }
-    input = stack(outs, 1);
+    Tensor h0 = state ? state->h.narrow(0, k, 1).squeeze(0) : zeros({B, hidden}, x.options());
+    Tensor c0 = state ? state->c.narrow(0, k, 1).squeeze(0) : zeros({B, hidden}, x.options());
+    auto [out, h, c] = lstm_layer(xp, weight_hh[k], h0, c0);  // the recurrence, fused
+    input = out;
     h_n.push_back(h);
     c_n.push_back(c);
   }

@@ -72,6 +72,8 @@ class Dropout : public Module {
  public:
   Dropout(double p, Generator& gen) : p(p), gen_(&gen) {}
   Tensor forward(const Tensor& x) const { return is_training() && p > 0 ? dropout(x, p, *gen_) : x; }
+  // forward(relu(x)), with the two fused in training mode.
+  Tensor forward_relu(const Tensor& x) const { return is_training() && p > 0 ? relu_dropout(x, p, *gen_) : relu(x); }
   double p;
 
  private:
@@ -80,8 +82,9 @@ class Dropout : public Module {
 
 // Multi-layer LSTM, batch-first, PyTorch's gate order (i, f, g, o) and names
 // weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H], bias_ih_l{k}, bias_hh_l{k}.
-// The input projection of all time steps is one GEMM per layer; each step is
-// one GEMM (h @ W_hh^T) and one fused cell. Init U(-1/sqrt(H), 1/sqrt(H)).
+// The input projection of all time steps is one GEMM per layer; the recurrence
+// is the fused lstm_layer op (one GEMM and one cell per step; the recurrent
+// weight gradient is one GEMM over all steps). Init U(-1/sqrt(H), 1/sqrt(H)).
 class LSTM : public Module {
  public:
   struct State {

@@ -18,8 +18,8 @@ TemporalBlock::TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t di
 }
 
 Tensor TemporalBlock::forward(const Tensor& x) const {
-  Tensor out = dropout1->forward(relu(conv1->forward(x)));
-  out = dropout2->forward(relu(conv2->forward(out)));
+  Tensor out = dropout1->forward_relu(conv1->forward(x));  // dropout(relu(.)), fused
+  out = dropout2->forward_relu(conv2->forward(out));
   Tensor res = downsample ? downsample->forward(x) : x;
   return relu(add(out, res));
 }

@@ -33,6 +33,7 @@ struct ConvRows {
 // yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
 template <class T>
 void conv1d_forward_cpu(const ConvRows& g, const T* xp, const T* wt, const T* bias, T* yp) {
+#pragma omp parallel for schedule(static) if (g.M * g.Cout >= (1 << 15))
   for (int64_t r = 0; r < g.M; ++r)
     for (int64_t o = 0; o < g.Cout; ++o) yp[r * g.Cout + o] = bias ? bias[o] : T(0);
   for (int64_t j = 0; j < g.K; ++j)
@@ -57,6 +58,7 @@ void conv1d_backward_cpu(const ConvRows& g, const T* xp, const T* wt, const T* d
 // buffer whose other rows are zero (only those rows are written twice).
 Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp) {
   const int64_t L = x.size(1);
+  if (Lp == L && x.is_contiguous()) return x;  // no padding (a 1x1 conv): use x as it is
   Tensor p = empty({x.size(0), Lp, x.size(2)}, x.options());
   if (left > 0) zero_(p.narrow(1, 0, left));
   if (Lp > left + L) zero_(p.narrow(1, left + L, Lp - left - L));

@@ -4,11 +4,16 @@
 // bits_i >> 8 >= ceil(p * 2^24)), so any device draws the same mask from the
 // same (seed, offset). On the CPU the forward keeps the mask as one byte per
 // element, so backward is a multiply instead of a second pass of Philox.
+//
+// relu_dropout(x) = dropout(relu(x)) in one pass each way: the TCN applies
+// dropout right after every ReLU, and fusing them saved ~9% of a training step
+// on the CPU (charlm bench). dropout(relu(x)) composed is its test oracle.
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "core/philox.h"
+#include "ops/cpu_loops.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -18,57 +23,140 @@ namespace {
 
 using Mask = std::vector<uint8_t>;
 
-// out = x * keep * scale, recording keep into mask.
-template <class T>
-void dropout_forward_cpu(const T* x, T* y, uint8_t* mask, int64_t n, double p, uint64_t seed, uint64_t start) {
-  const uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // in units of 2^-24
-  const T scale = static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
-  const int64_t blocks = (n + 3) / 4;
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const Philox4 r = philox_block(seed, start + blk);
-    const int64_t base = blk * 4, lanes = std::min<int64_t>(4, n - base);
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      const uint8_t keep = (r.v[lane] >> 8) >= threshold;
-      mask[base + lane] = keep;
-      y[base + lane] = keep ? x[base + lane] * scale : T(0);
+// The keep flags of blocks [first, first + count) of a Philox stream: mask[4k + lane].
+// Written as independent per-block lanes over a chunk so the compiler can run
+// several Philox blocks per vector instruction; target_clones picks the widest
+// vector unit of the machine at run time.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void philox_keep_flags(
+    uint64_t seed, uint64_t first, int64_t count, uint32_t threshold, uint8_t* mask) {
+  constexpr int64_t kChunk = 64;
+  uint32_t c0[kChunk], c1[kChunk], c2[kChunk], c3[kChunk];
+  for (int64_t base = 0; base < count; base += kChunk) {
+    const int64_t m = std::min(kChunk, count - base);
+    for (int64_t i = 0; i < m; ++i) {
+      const uint64_t ctr = first + base + i;
+      c0[i] = static_cast<uint32_t>(ctr);
+      c1[i] = static_cast<uint32_t>(ctr >> 32);
+      c2[i] = 0;
+      c3[i] = 0;
+    }
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      for (int64_t i = 0; i < m; ++i) {  // the same round as philox4x32_10, on m blocks at once
+        const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[i];
+        const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[i];
+        const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[i] ^ k0;
+        const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[i] ^ k1;
+        c1[i] = static_cast<uint32_t>(p1);
+        c3[i] = static_cast<uint32_t>(p0);
+        c0[i] = n0;
+        c2[i] = n2;
+      }
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      uint8_t* f = mask + 4 * (base + i);
+      f[0] = (c0[i] >> 8) >= threshold;
+      f[1] = (c1[i] >> 8) >= threshold;
+      f[2] = (c2[i] >> 8) >= threshold;
+      f[3] = (c3[i] >> 8) >= threshold;
     }
   }
 }
 
-template <class T>
-void dropout_backward_cpu(const T* g, T* dx, const uint8_t* mask, int64_t n, T scale) {
+// y = x * keep * scale for a possibly strided x (a conv output is a view),
+// recording keep into mask (which has room for whole Philox blocks). With
+// kRelu, y = relu(x) * keep * scale and the mask records keep && x > 0, so the
+// same backward serves both.
+template <bool kRelu, class T>
+void dropout_forward_cpu(const Tensor& x, const Tensor& y, uint8_t* mask, double p, uint64_t seed, uint64_t start) {
+  const int64_t n = x.numel();
+  const uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));  // in units of 2^-24
+  const int64_t blocks = (n + 3) / 4;
+  constexpr int64_t kPerTask = 4096;  // blocks per parallel task
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? g[i] * scale : T(0);
+  for (int64_t b0 = 0; b0 < blocks; b0 += kPerTask)
+    philox_keep_flags(seed, start + b0, std::min(kPerTask, blocks - b0), threshold, mask + 4 * b0);
+  const T scale = static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  cpu::for_each_row<2>(x.shape(), {y.strides(), x.strides()}, [&](const auto& off, int64_t len, const auto& inc) {
+    uint8_t* m = mask + off[0];  // y is contiguous: its offset is the element index
+    const T* xr = xp + off[1];
+    T* yr = yp + off[0];
+    if (inc[1] != 1) {
+      for (int64_t i = 0; i < len; ++i) {
+        const T v = xr[i * inc[1]];
+        if constexpr (kRelu) m[i] = m[i] & (v > T(0));
+        yr[i] = v * (static_cast<T>(m[i]) * scale);
+      }
+      return;
+    }
+    // Branch-free so it vectorises: keep is 0 or 1. (As in PyTorch, a dropped
+    // inf or NaN stays NaN: x * 0.)
+    for (int64_t i = 0; i < len; ++i) {
+      const T v = xr[i];
+      if constexpr (kRelu) m[i] = m[i] & (v > T(0));
+      yr[i] = v * (static_cast<T>(m[i]) * scale);
+    }
+  });
+}
+
+// dx = g * keep * scale; g may be a strided view (a conv's output gradient often is).
+template <class T>
+void dropout_backward_cpu(const Tensor& g, const Tensor& dx, const uint8_t* mask, T scale) {
+  const T* gp = g.data<T>();
+  T* out = dx.data<T>();
+  cpu::for_each_row<2>(g.shape(), {dx.strides(), g.strides()}, [&](const auto& off, int64_t n, const auto& inc) {
+    const uint8_t* m = mask + off[0];  // dx is contiguous: its offset is the element index
+    const T* gr = gp + off[1];
+    T* o = out + off[0];
+    if (inc[1] == 1)
+      for (int64_t i = 0; i < n; ++i) o[i] = gr[i] * (static_cast<T>(m[i]) * scale);  // vectorises
+    else
+      for (int64_t i = 0; i < n; ++i) o[i] = gr[i * inc[1]] * (static_cast<T>(m[i]) * scale);
+  });
 }
 
 }  // namespace
 
-Tensor dropout(const Tensor& x_in, double p, Generator& gen) {
-  check_defined("dropout", x_in);
-  check_float("dropout", x_in);
-  TCN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
-  if (p == 0.0) return x_in;
-  if (x_in.device().is_cuda()) no_cuda_kernel("dropout");
+namespace {
+
+template <bool kRelu>
+Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen) {
+  check_defined(op, x_in);
+  check_float(op, x_in);
+  TCN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
+  if (x_in.device().is_cuda()) no_cuda_kernel(op);
   const int64_t n = x_in.numel();
   const uint64_t seed = gen.seed(), start = gen.reserve(static_cast<uint64_t>(n));
-  Tensor x = x_in.detach().contiguous();
-  Tensor y = empty(x.shape(), x.options());
-  auto mask = std::make_shared<Mask>(n);
-  dispatch_float(x.dtype(), "dropout", [&]<class T>() {
-    dropout_forward_cpu<T>(x.data<T>(), y.data<T>(), mask->data(), n, p, seed, start);
+  Tensor y = empty(x_in.shape(), x_in.options());
+  auto mask = std::make_shared<Mask>((n + 3) / 4 * 4);
+  dispatch_float(y.dtype(), op, [&]<class T>() {
+    dropout_forward_cpu<kRelu, T>(x_in.detach(), y, mask->data(), p, seed, start);
   });
   if (autograd::needs_grad({x_in}))
-    autograd::record("dropout", {x_in}, {y}, [mask, p](const TensorList& g) {
-      Tensor gc = g[0].contiguous();
-      Tensor dx = empty(gc.shape(), gc.options());
-      dispatch_float(gc.dtype(), "dropout backward", [&]<class T>() {
-        dropout_backward_cpu<T>(gc.data<T>(), dx.data<T>(), mask->data(), gc.numel(),
-                                static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
+    autograd::record(op, {x_in}, {y}, [mask, p](const TensorList& g) {
+      Tensor dx = empty(g[0].shape(), g[0].options());
+      dispatch_float(dx.dtype(), "dropout backward", [&]<class T>() {
+        dropout_backward_cpu<T>(g[0], dx, mask->data(), static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
       });
       return TensorList{dx};
     });
   return y;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, Generator& gen) {
+  if (p == 0.0) return x;
+  return dropout_impl<false>("dropout", x, p, gen);
+}
+
+Tensor relu_dropout(const Tensor& x, double p, Generator& gen) {
+  if (p == 0.0) return relu(x);
+  return dropout_impl<true>("relu_dropout", x, p, gen);
 }
 
 }  // namespace tcn

@@ -6,6 +6,7 @@
 // Differentiable unless marked "in place" or "no grad".
 #pragma once
 
+#include <tuple>
 #include <utility>
 
 #include "autograd/tape.h"
@@ -90,8 +91,13 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t dila
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // Inverted dropout with a Philox mask regenerated in backward; p = 0 returns x. (ops/dropout.cpp)
 Tensor dropout(const Tensor& x, double p, Generator& gen = default_generator());
+// dropout(relu(x)), fused: the same values, mask and gradients in one pass.
+Tensor relu_dropout(const Tensor& x, double p, Generator& gen = default_generator());
 // One LSTM step: gates [B, 4H] (i, f, g, o pre-activations), c_prev [B, H] -> (h, c). (ops/lstm_cell.cpp)
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev);
+// A whole LSTM layer after the input projection: xp [B, T, 4H] (= x W_ih^T + biases),
+// W_hh [4H, H], h0 and c0 [B, H] -> (outputs [B, T, H], h_T, c_T). (ops/lstm_layer.cpp)
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp, const Tensor& w_hh, const Tensor& h0, const Tensor& c0);
 
 // ---- views (ops/view.cpp); also available as Tensor methods -------------------
 Tensor reshape(const Tensor& x, const Shape& shape);

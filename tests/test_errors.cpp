@@ -81,6 +81,10 @@ TEST_CASE("autograd misuse") {
   loss.backward();
   CHECK_ERROR(loss.backward(), "backward: the graph of this tensor was already freed");
   CHECK_ERROR(zeros({2}).backward(), "backward: the tensor does not require grad");
+  // Using a tensor whose graph was freed would silently lose its gradient: refused.
+  Tensor stale = mul(w, 3.0);
+  sum(mul(w, 2.0)).backward();
+  CHECK_ERROR(mul(stale, 2.0), "mul_scalar: input 0 (shape [2]) was computed before the last backward()");
 }
 
 }  // TEST_SUITE

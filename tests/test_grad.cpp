@@ -170,6 +170,54 @@ TEST_CASE("dropout with a fixed generator state") {
       {x});
 }
 
+TEST_CASE("relu_dropout: gradients, and equal to dropout(relu(x)) with the same mask") {
+  Tensor x = leaf(rand_tensor({5, 8}, 39, true));
+  check_gradients(
+      [](const TensorList& v) {
+        Generator gen(78);
+        return relu_dropout(v[0], 0.4, gen);
+      },
+      {x});
+  Generator g1(5), g2(5);
+  Tensor a = leaf(rand_tensor({6, 7}, 40)), b = leaf(clone(a.detach()));
+  Tensor w = rand_tensor({6, 7}, 41);
+  Tensor fused = relu_dropout(a, 0.3, g1);
+  sum(mul(fused, w)).backward();
+  Tensor composed = dropout(relu(b), 0.3, g2);
+  sum(mul(composed, w)).backward();
+  CHECK(fused.to_vector<double>() == composed.to_vector<double>());
+  CHECK(a.grad().to_vector<double>() == b.grad().to_vector<double>());
+}
+
+TEST_CASE("lstm_layer equals the lstm_cell loop (its oracle), values and gradients") {
+  const int64_t B = 3, T = 5, H = 4;
+  Tensor xp = leaf(rand_tensor({B, T, 4 * H}, 42)), whh = leaf(rand_tensor({4 * H, H}, 43));
+  Tensor h0 = leaf(rand_tensor({B, H}, 44)), c0 = leaf(rand_tensor({B, H}, 45));
+  Tensor w = rand_tensor({B, T, H}, 46);
+  auto [out, hT, cT] = lstm_layer(xp, whh, h0, c0);
+  add(sum(mul(out, w)), add(sum(hT), sum(mul(cT, cT)))).backward();
+  TensorList fused_grads = {xp.grad(), whh.grad(), h0.grad(), c0.grad()};
+  for (const Tensor& t : {xp, whh, h0, c0}) t.zero_grad();
+  Tensor h = h0, c = c0;
+  TensorList outs;
+  for (int64_t t = 0; t < T; ++t) {
+    std::tie(h, c) = lstm_cell(add(xp.narrow(1, t, 1).squeeze(1), mm(h, whh.t())), c);
+    outs.push_back(h);
+  }
+  Tensor ref = stack(outs, 1);
+  CHECK_CLOSE(out, ref, 1e-12, 1e-10);
+  CHECK_CLOSE(cT, c, 1e-12, 1e-10);
+  add(sum(mul(ref, w)), add(sum(h), sum(mul(c, c)))).backward();
+  TensorList ref_grads = {xp.grad(), whh.grad(), h0.grad(), c0.grad()};
+  for (size_t i = 0; i < ref_grads.size(); ++i) CHECK_CLOSE(fused_grads[i], ref_grads[i], 1e-12, 1e-10);
+  check_gradients(
+      [](const TensorList& v) {
+        auto [o, hh, cc] = lstm_layer(v[0], v[1], v[2], v[3]);
+        return add(sum(o), mul(sum(cc), 0.5));
+      },
+      {xp, whh, h0, c0});
+}
+
 TEST_CASE("lstm_cell, both outputs") {
   Tensor gates = leaf(rand_tensor({3, 8}, 37, false, -2, 2));
   Tensor c = leaf(rand_tensor({3, 2}, 38));

@@ -1,5 +1,6 @@
 // Layers: finite-difference checks of each layer in float64 (parameters and
 // inputs), forward semantics, module naming and modes.
+#include "core/philox.h"
 #include "helpers.h"
 #include "nn/models.h"
 #include "nn/optim.h"
@@ -138,6 +139,13 @@ TEST_CASE("dropout: train vs eval, rate, scale, determinism") {
   CHECK(wrong_scale == 0);
   CHECK(std::abs(kept / 100000.0 - 0.75) < 0.01);
   CHECK(dropout(x, 0.25, g2).to_vector<float>() == v);  // same seed, same mask
+  // The mask is the documented Philox stream: element i kept iff its uniform >= p.
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < 100000; ++i) {
+    bool keep = uint_to_unit_float(philox_block(3, i / 4).v[i % 4]) >= 0.25f;
+    mismatches += keep != (v[i] != 0);
+  }
+  CHECK(mismatches == 0);
   d.eval();
   CHECK(d.forward(x).shares_storage(x));  // identity in eval mode
 }

@@ -1,0 +1,141 @@
+// One LSTM layer over a whole sequence, after the input projection:
+//   xp [B, T, 4H]  = x @ W_ih^T + b_ih + b_hh for all steps (one GEMM, done by the caller)
+//   gates_t        = xp[:, t] + h_{t-1} @ W_hh^T          (one GEMM per step)
+//   (h_t, c_t)     = the cell of ops/lstm_cell.cpp
+// Returns out [B, T, H] (every h_t), h_T and c_T.
+//
+// Fused so that a sequence is one node on the tape, and so that backward can
+// do what a per-step graph cannot: the recurrent weight gradient is ONE GEMM
+//   dW_hh = dG^T @ H_prev   over all B*T rows,
+// instead of T rank-B updates. Per step, backward only propagates
+// dh_{t-1} = dG_t @ W_hh. Steps address their [B, ...] slices of the [B, T, ...]
+// buffers through the GEMM leading dimensions, so nothing is copied per step.
+// lstm_cell (composed in a loop) is this op's test oracle.
+#include <cmath>
+
+#include "ops/cpu_blas.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace tcn {
+
+namespace {
+
+template <class T>
+T sigm(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// act [B, T, 4H] holds xp on entry and (i, f, g, o) on exit; hs, cs [B, T, H].
+template <class T>
+void lstm_forward_cpu(T* act, const T* whh, const T* h0, const T* c0, T* hs, T* cs, int64_t B, int64_t Tn, int64_t H) {
+  const int64_t G = 4 * H;
+  for (int64_t t = 0; t < Tn; ++t) {
+    T* a_t = act + t * G;  // row b at a_t + b * Tn * G
+    const T* h_prev = t == 0 ? h0 : hs + (t - 1) * H;
+    const int64_t ld_h = t == 0 ? H : Tn * H;
+    cpu::gemm<T>(CblasNoTrans, CblasTrans, B, G, H, h_prev, ld_h, whh, H, T(1), a_t, Tn * G);
+#pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
+    for (int64_t b = 0; b < B; ++b) {
+      T* a = a_t + b * Tn * G;
+      const T* cp = t == 0 ? c0 + b * H : cs + (b * Tn + t - 1) * H;
+      T* c = cs + (b * Tn + t) * H;
+      T* h = hs + (b * Tn + t) * H;
+      for (int64_t k = 0; k < H; ++k) {
+        T i = sigm(a[k]), f = sigm(a[H + k]), g = std::tanh(a[2 * H + k]), o = sigm(a[3 * H + k]);
+        a[k] = i;
+        a[H + k] = f;
+        a[2 * H + k] = g;
+        a[3 * H + k] = o;
+        c[k] = f * cp[k] + i * g;
+        h[k] = o * std::tanh(c[k]);
+      }
+    }
+  }
+}
+
+// dG [B, T, 4H] out; dh, dc [B, H] in (grads of h_T, c_T) and out (grads of h0, c0).
+template <class T>
+void lstm_backward_cpu(const T* act, const T* whh, const T* c0, const T* cs, const T* dout, T* dG, T* dh, T* dc,
+                       int64_t B, int64_t Tn, int64_t H) {
+  const int64_t G = 4 * H;
+  for (int64_t t = Tn - 1; t >= 0; --t) {
+#pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
+    for (int64_t b = 0; b < B; ++b) {
+      const T* a = act + (b * Tn + t) * G;
+      const T* cp = t == 0 ? c0 + b * H : cs + (b * Tn + t - 1) * H;
+      const T* c = cs + (b * Tn + t) * H;
+      const T* go = dout + (b * Tn + t) * H;
+      T* dg = dG + (b * Tn + t) * G;
+      T* dhb = dh + b * H;
+      T* dcb = dc + b * H;
+      for (int64_t k = 0; k < H; ++k) {
+        T i = a[k], f = a[H + k], g = a[2 * H + k], o = a[3 * H + k];
+        T tc = std::tanh(c[k]);
+        T dht = go[k] + dhb[k];
+        T dct = dcb[k] + dht * o * (T(1) - tc * tc);
+        dg[k] = dct * g * i * (T(1) - i);
+        dg[H + k] = dct * cp[k] * f * (T(1) - f);
+        dg[2 * H + k] = dct * i * (T(1) - g * g);
+        dg[3 * H + k] = dht * tc * o * (T(1) - o);
+        dcb[k] = dct * f;
+      }
+    }
+    // dh_{t-1} = dG_t @ W_hh  ([B, 4H] rows with stride T*4H, W_hh [4H, H])
+    cpu::gemm<T>(CblasNoTrans, CblasNoTrans, B, H, G, dG + t * G, Tn * G, whh, H, T(0), dh, H);
+  }
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor& w_hh, const Tensor& h0_in,
+                                              const Tensor& c0_in) {
+  const char* op = "lstm_layer";
+  for (const Tensor* t : {&xp_in, &w_hh, &h0_in, &c0_in}) check_defined(op, *t);
+  check_float(op, xp_in);
+  for (const Tensor* t : {&w_hh, &h0_in, &c0_in}) {
+    check_same_dtype(op, xp_in, *t);
+    check_same_device(op, xp_in, *t);
+  }
+  TCN_CHECK(xp_in.dim() == 3 && xp_in.size(2) % 4 == 0, op, ": projected input must be [B, T, 4H], got ",
+            xp_in.shape());
+  const int64_t B = xp_in.size(0), Tn = xp_in.size(1), H = xp_in.size(2) / 4;
+  TCN_CHECK(w_hh.shape() == Shape({4 * H, H}), op, ": W_hh must be [", 4 * H, ", ", H, "], got ", w_hh.shape());
+  TCN_CHECK(h0_in.shape() == Shape({B, H}) && c0_in.shape() == Shape({B, H}), op, ": h0 and c0 must be [", B, ", ", H,
+            "], got ", h0_in.shape(), " and ", c0_in.shape());
+  TCN_CHECK(Tn > 0, op, ": empty sequence");
+  if (xp_in.device().is_cuda()) no_cuda_kernel(op);
+
+  Tensor act = clone(xp_in.detach());  // becomes the gate activations
+  Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
+  Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
+  dispatch_float(act.dtype(), op, [&]<class T>() {
+    lstm_forward_cpu<T>(act.data<T>(), whh.data<T>(), h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(), B, Tn, H);
+  });
+  Tensor hT = hs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
+  Tensor cT = cs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
+
+  if (autograd::needs_grad({xp_in, w_hh, h0_in, c0_in})) {
+    const bool need_w = w_hh.requires_grad();
+    autograd::record(op, {xp_in, w_hh, h0_in, c0_in}, {hs, hT, cT},
+                     [act, whh, h0, c0, hs_saved = hs.detach(), cs, need_w](const TensorList& g) {
+                       const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
+                       Tensor dout = g[0].contiguous();
+                       Tensor dh = clone(g[1]), dc = clone(g[2]);
+                       Tensor dG = empty(act.shape(), act.options());
+                       dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
+                         lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(), c0.data<T>(), cs.data<T>(),
+                                              dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(), B, Tn, H);
+                       });
+                       Tensor dW;
+                       if (need_w) {  // dW_hh = dG^T @ H_prev, H_prev = [h0, h_0 .. h_{T-2}] per batch
+                         Tensor h_prev = cat({h0.unsqueeze(1), hs_saved.narrow(1, 0, Tn - 1)}, 1);
+                         dW = mm(dG.view({B * Tn, 4 * H}).t(), h_prev.view({B * Tn, H}));
+                       }
+                       return TensorList{dG, dW, dh, dc};
+                     });
+  }
+  return {hs, hT, cT};
+}
+
+}  // namespace tcn
