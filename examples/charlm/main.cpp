@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   train->add_option("--data", t.data, "folder with ptb.{train,valid,test}.txt")->capture_default_str();
   train->add_option("--save", t.save, "best model checkpoint (.safetensors); the latest state goes to *.last.safetensors");
   train->add_option("--resume", t.resume, "continue exactly from a checkpoint written by --save");
+  train->add_option("--init", t.init, "start from a checkpoint's weights (e.g. exported from PyTorch)");
   train->add_option("--threads", t.threads, "CPU threads (0: default)")->capture_default_str();
   train->add_option("--metrics", t.metrics, "metrics CSV (default runs/<model>.csv)");
   train->add_option("--eval_batch_size", t.eval_batch_size, "streams when evaluating")->capture_default_str();

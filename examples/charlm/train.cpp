@@ -146,6 +146,7 @@ int run_train(TrainOptions o) {
   TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
             " must be in [1, --seq_len = ", o.seq_len, "]");
   TCN_CHECK(o.log_interval > 0, "--log-interval must be positive");
+  TCN_CHECK(o.resume.empty() || o.init.empty(), "--resume and --init exclude each other");
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = resolve_device(o.device);
   if (!o.save.empty()) check_writable(o.save);
@@ -167,14 +168,23 @@ int run_train(TrainOptions o) {
     model = std::move(resumed.model);
     TCN_CHECK(model->kind() == o.model, "--resume ", o.resume, ": checkpoint holds a ", model->kind(),
               " model but --model is ", o.model);
-    json want = model_config(o, corpus.vocab.size()), have = model->config_json();
-    TCN_CHECK(want == have, "--resume ", o.resume, ": the checkpoint's config ", have.dump(),
-              " does not match the flags ", want.dump());
     TCN_CHECK(resumed.vocab == corpus.vocab.chars, "--resume ", o.resume,
               ": the checkpoint's vocabulary differs from the data's (", resumed.vocab.size(), " vs ",
               corpus.vocab.size(), " characters)");
+    json want = model_config(o, corpus.vocab.size()), have = model->config_json();
+    TCN_CHECK(want == have, "--resume ", o.resume, ": the checkpoint's config ", have.dump(),
+              " does not match the flags ", want.dump());
   } else {
     model = nn::make_char_lm(o.model, model_config(o, corpus.vocab.size()), o.seed);
+    if (!o.init.empty()) {
+      // Weights only: e.g. a PyTorch model's initial state, to compare training runs step by step.
+      nn::LoadedCharLM init = nn::load_char_lm(o.init, "optim.");
+      TCN_CHECK(init.vocab == corpus.vocab.chars, "--init ", o.init, ": the checkpoint's vocabulary differs from the data's");
+      TCN_CHECK(init.model->kind() == o.model && init.model->config_json() == model->config_json(), "--init ", o.init,
+                ": the checkpoint's ", init.model->kind(), " config ", init.model->config_json().dump(),
+                " does not match the flags ", model->config_json().dump());
+      nn::load_module(init.file, *model, "optim.");
+    }
   }
   model->to(device);
   auto opt = make_optimizer(o, model->parameters());

@@ -20,6 +20,7 @@ struct TrainOptions {
   uint64_t seed = 1111;
   int64_t log_interval = 100;
   std::string device = "auto", data = "data/ptb", save, resume, metrics;
+  std::string init;  // start from this checkpoint's weights (fresh optimizer and schedule)
   int threads = 0;  // 0: leave the default
   int64_t eval_batch_size = 1, eval_batches = 0;  // 0: the whole split
   int64_t save_every = 0;                          // also checkpoint every N steps (0: only at epoch ends)

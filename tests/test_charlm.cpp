@@ -1,0 +1,251 @@
+// The char-LM trainer: data preparation as the reference, exact resume,
+// incremental generation against full recompute, and every bad input.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data.h"
+#include "generate.h"
+#include "helpers.h"
+#include "train.h"
+
+using namespace tcn;
+using namespace charlm;
+namespace fs = std::filesystem;
+
+#define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("tcn_charlm_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str() const { return path.string(); }
+  std::string file(const std::string& f) const { return (path / f).string(); }
+};
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+// Deterministic pseudo-text: random words from a small list (learnable: the
+// letters inside a word are predictable).
+std::string synthetic_text(size_t n, uint64_t seed) {
+  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog\n", "ran "};
+  std::string s;
+  Generator g(seed);
+  auto u = rand({static_cast<int64_t>(n)}, {DType::F64}, g).to_vector<double>();
+  for (size_t i = 0; s.size() < n; ++i) s += words[static_cast<size_t>(u[i % n] * words.size())];
+  return s.substr(0, n);
+}
+
+void write_corpus(const TempDir& d, size_t train = 6000, size_t other = 1500) {
+  write(d.file("ptb.train.txt"), synthetic_text(train, 1));
+  write(d.file("ptb.valid.txt"), synthetic_text(other, 2));
+  write(d.file("ptb.test.txt"), synthetic_text(other, 3));
+}
+
+TrainOptions small_options(const TempDir& d) {
+  TrainOptions o;
+  o.model = "tcn";
+  o.batch_size = 4;
+  o.seq_len = 40;
+  o.validseqlen = 30;
+  o.emsize = 8;
+  o.nhid = 12;
+  o.levels = 2;
+  o.ksize = 3;
+  o.lr = 0.5;
+  o.log_interval = 1;
+  o.device = "cpu";
+  o.data = d.str();
+  o.eval_batch_size = 2;
+  return o;
+}
+
+// "train,epoch,step,lr,loss": the row without the timing columns.
+std::vector<std::string> loss_rows(const std::string& csv) {
+  std::ifstream f(csv);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("train,", 0) != 0) continue;
+    std::stringstream ss(line);
+    std::string field, kept;
+    for (int i = 0; i < 5 && std::getline(ss, field, ','); ++i) kept += field + ",";
+    rows.push_back(kept);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_SUITE("charlm") {
+
+TEST_CASE("windows, batches and vocabulary follow the reference") {
+  // L = 1000, seq_len 400, validseqlen 320: starts 0, 320, 640 (len 359); 960 is skipped.
+  auto w = windows(1000, 400, 320);
+  REQUIRE(w.size() == 3);
+  CHECK(w[0].start == 0);
+  CHECK(w[0].len == 400);
+  CHECK(w[1].start == 320);
+  CHECK(w[2].start == 640);
+  CHECK(w[2].len == 359);
+  std::vector<int64_t> data(23);
+  for (int i = 0; i < 23; ++i) data[i] = i;
+  Tensor src = batchify(data, 3, 5, "x");  // 7 per stream, the last 2 dropped
+  CHECK(src.shape() == Shape{3, 7});
+  CHECK(src.narrow(0, 1, 1).to_vector<int64_t>() == std::vector<int64_t>{7, 8, 9, 10, 11, 12, 13});
+  auto [inp, tgt] = get_batch(src, {2, 3});
+  CHECK(inp.narrow(0, 0, 1).to_vector<int64_t>() == std::vector<int64_t>{2, 3, 4});
+  CHECK(tgt.narrow(0, 0, 1).to_vector<int64_t>() == std::vector<int64_t>{3, 4, 5});
+  TempDir d;
+  write(d.file("ptb.train.txt"), "cab");
+  write(d.file("ptb.valid.txt"), "b a");
+  write(d.file("ptb.test.txt"), "abc\n");
+  Corpus c = load_corpus(d.str());
+  CHECK(c.vocab.chars == std::vector<std::string>{"\n", " ", "a", "b", "c"});  // sorted
+  CHECK(c.vocab.encode("cab", "t") == std::vector<int64_t>{4, 2, 3});
+}
+
+TEST_CASE("bad data: missing, empty, too short, unknown character") {
+  TempDir d;
+  CHECK_ERROR(load_corpus(d.str()), "ptb.train.txt: the data directory must hold ptb.train.txt");
+  write_corpus(d);
+  write(d.file("ptb.valid.txt"), "");
+  CHECK_ERROR(load_corpus(d.str()), "ptb.valid.txt is empty");
+  CHECK_ERROR(batchify(std::vector<int64_t>(100, 0), 32, 400, "ptb.train.txt"),
+              "ptb.train.txt has 100 characters: too short for 32 streams of at least 401 characters");
+  Vocab v = Vocab::from_chars({"a", "b"});
+  CHECK_ERROR(v.encode("abz", "ptb.test.txt"), "ptb.test.txt: character 'z' at offset 2 is not in the model's vocabulary of 2 characters");
+}
+
+TEST_CASE("training lowers the loss, and a resumed run continues exactly") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions full = small_options(d);
+  full.max_steps = 12;  // crosses an epoch end (about 5 windows per epoch)
+  full.save = d.file("full.safetensors");
+  full.metrics = d.file("full.csv");
+  REQUIRE(run_train(full) == 0);
+
+  TrainOptions first = small_options(d);
+  first.max_steps = 3;
+  first.save = d.file("part.safetensors");
+  first.metrics = d.file("part.csv");
+  REQUIRE(run_train(first) == 0);
+  TrainOptions second = first;
+  second.max_steps = 12;
+  second.resume = d.file("part.last.safetensors");
+  REQUIRE(run_train(second) == 0);
+
+  auto a = loss_rows(full.metrics), b = loss_rows(first.metrics);
+  REQUIRE(a.size() == 12);
+  CHECK(b == a);  // the resumed run appended steps 4..12 to the same CSV: identical losses
+  // The final parameters agree bit for bit.
+  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), "optim.");
+  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), "optim.");
+  auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
+  REQUIRE(na.size() == nb.size());
+  for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
+  // Learning happened: the last loss is below the first.
+  auto loss_of = [](const std::string& row) { return std::stod(row.substr(row.rfind(',', row.size() - 2) + 1)); };
+  CHECK(loss_of(a.back()) < loss_of(a.front()));
+}
+
+TEST_CASE("resume refuses a checkpoint whose config or vocabulary does not match") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions o = small_options(d);
+  o.max_steps = 1;
+  o.save = d.file("m.safetensors");
+  o.metrics = d.file("m.csv");
+  REQUIRE(run_train(o) == 0);
+  TrainOptions r = o;
+  r.resume = d.file("m.last.safetensors");
+  r.nhid = 16;
+  CHECK_ERROR(run_train(r), "does not match the flags");
+  r = o;
+  r.resume = d.file("m.last.safetensors");
+  r.model = "lstm";
+  CHECK_ERROR(run_train(r), "checkpoint holds a tcn model but --model is lstm");
+  write(d.file("ptb.test.txt"), synthetic_text(1500, 3) + "Z");  // one more character in the vocabulary
+  r = o;
+  r.resume = d.file("m.last.safetensors");
+  CHECK_ERROR(run_train(r), "vocabulary differs from the data's");
+}
+
+TEST_CASE("an unwritable --save path fails before training; NaN loss stops with the step, checkpoint intact") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions o = small_options(d);
+  o.metrics = d.file("x.csv");
+  o.save = d.file("no/such/dir/m.safetensors");
+  const std::string expected = "--save " + o.save + ": cannot write there";
+  CHECK_ERROR(run_train(o), expected.c_str());
+
+  o.save = d.file("m.safetensors");
+  o.save_every = 1;
+  o.clip = 0;
+  o.lr = 1e30;  // diverges within a few steps
+  o.max_steps = 50;
+  std::string err;
+  try {
+    run_train(o);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  CHECK(err.find("loss is") != std::string::npos);
+  CHECK(err.find("stopping before the update") != std::string::npos);
+  CHECK(err.find("m.last.safetensors is intact") != std::string::npos);
+  // The last checkpoint loads (it was written atomically before the bad step).
+  auto m = nn::load_char_lm(d.file("m.last.safetensors"), "optim.");
+  CHECK(m.model->num_parameters() > 0);
+}
+
+TEST_CASE("incremental generation matches a full recompute (TCN and LSTM)") {
+  nn::TCNConfig tc{.vocab_size = 9, .emsize = 6, .nhid = 10, .levels = 3, .ksize = 3};
+  nn::LSTMConfig lc{.vocab_size = 9, .emsize = 6, .nhid = 7, .layers = 2};
+  std::vector<std::unique_ptr<nn::CharLM>> models;
+  models.push_back(std::make_unique<nn::TCNCharLM>(tc, 4));
+  models.push_back(std::make_unique<nn::LSTMCharLM>(lc, 5));
+  for (auto& m : models) {
+    INFO("model ", m->kind());
+    auto inc = make_incremental_stepper(*m);
+    auto full = make_full_stepper(*m);
+    double worst = 0;
+    for (int64_t t = 0; t < 40; ++t) {  // longer than the TCN's receptive field (1 + 2*(1+2+4)*2 = 29)
+      auto a = inc->step((t * 7) % 9), b = full->step((t * 7) % 9);
+      for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, static_cast<double>(std::abs(a[k] - b[k])));
+    }
+    CHECK(worst <= 1e-5);
+  }
+}
+
+TEST_CASE("eval reports bpc and rejects text outside the vocabulary") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions o = small_options(d);
+  o.max_steps = 2;
+  o.save = d.file("m.safetensors");
+  o.metrics = d.file("m.csv");
+  REQUIRE(run_train(o) == 0);
+  EvalOptions e;
+  e.checkpoint = d.file("m.safetensors");
+  e.data = d.str();
+  e.seq_len = 40;
+  e.validseqlen = 30;
+  e.device = "cpu";
+  CHECK(run_eval(e) == 0);
+  write(d.file("ptb.test.txt"), "cat#cat" + synthetic_text(500, 9));
+  CHECK_ERROR(run_eval(e), "character '#' at offset 3 is not in the model's vocabulary");
+}
+
+}  // TEST_SUITE

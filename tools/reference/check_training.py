@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""The first training steps on PTB, tcn vs PyTorch, from the same weights.
+
+Builds the reference PyTorch model (locuslab char_cnn TCN, or the LSTM baseline)
+with the full default configuration, writes its initial weights as a tcn
+checkpoint, runs `charlm train --init` on it for N steps with dropout off, runs
+the same N steps in PyTorch (same data order: batchify into 32 streams, windows
+of 400 advancing by 320, SGD lr 4, clip 0.15), and compares the per-step losses.
+
+    /usr/bin/python3 tools/reference/check_training.py --charlm build/charlm --data data/ptb [--model tcn] [--steps 20]
+
+Prints one line per step and PASS/FAIL (max relative difference <= --rtol, 1e-3
+by default). Exit status 0 on PASS.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+import safetensors_io  # noqa: E402
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read().decode("latin-1")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--charlm", default="build/charlm")
+    ap.add_argument("--data", default="data/ptb")
+    ap.add_argument("--model", default="tcn", choices=["tcn", "lstm"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=1111)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    texts = [read(os.path.join(args.data, "ptb.%s.txt" % s)) for s in ("train", "valid", "test")]
+    vocab = sorted(set("".join(texts)))
+    index = {c: i for i, c in enumerate(vocab)}
+    if args.model == "tcn":
+        cfg = {"vocab_size": len(vocab), "emsize": 100, "nhid": 450, "levels": 3, "ksize": 3,
+               "dropout": 0.0, "emb_dropout": 0.0}
+    else:
+        cfg = {"vocab_size": len(vocab), "emsize": 100, "nhid": 700, "layers": 1,
+               "dropout": 0.0, "emb_dropout": 0.0}
+    model = models.build_model(args.model, cfg)
+    batch, seq_len, validseqlen, lr, clip = 32, 400, 320, 4.0, 0.15
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = os.path.join(tmp, "init.safetensors")
+        tensors = {n: t.detach().float().contiguous() for n, t in models.canonical_state_dict(model).items()}
+        safetensors_io.save(ckpt, tensors, {"format": "tcn-checkpoint", "version": "1", "model": args.model,
+                                            "config": json.dumps(cfg), "vocab": json.dumps(vocab)})
+        metrics = os.path.join(tmp, "m.csv")
+        cmd = [args.charlm, "train", "--model", args.model, "--init", ckpt, "--data", args.data,
+               "--dropout", "0", "--emb_dropout", "0", "--max_steps", str(args.steps), "--log-interval", "1",
+               "--metrics", metrics, "--eval_batches", "1", "--threads", str(args.threads), "--device", "cpu"]
+        print("running:", " ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(metrics) as f:
+            ours = [float(r["loss"]) for r in csv.DictReader(f) if r["event"] == "train"]
+
+    # PyTorch, the reference loop.
+    data = torch.tensor([index[c] for c in texts[0]], dtype=torch.long)
+    n = data.size(0) // batch
+    source = data[: n * batch].view(batch, n)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()
+    theirs = []
+    for i in range(0, n - 1, validseqlen):
+        if len(theirs) == args.steps:
+            break
+        if i + seq_len - validseqlen >= n:
+            continue
+        sl = min(seq_len, n - 1 - i)
+        inp, tgt = source[:, i:i + sl], source[:, i + 1:i + 1 + sl]
+        opt.zero_grad()
+        out = model(inp)
+        h = seq_len - validseqlen
+        loss = F.cross_entropy(out[:, h:].reshape(-1, len(vocab)), tgt[:, h:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        theirs.append(loss.item())
+
+    worst = 0.0
+    for step, (a, b) in enumerate(zip(ours, theirs), 1):
+        rel = abs(a - b) / abs(b)
+        worst = max(worst, rel)
+        print("step %2d  tcn %.6f  pytorch %.6f  rel %.2e" % (step, a, b, rel))
+    ok = len(ours) == len(theirs) == args.steps and worst <= args.rtol and all(map(math.isfinite, ours))
+    print("%s  %s: %d training steps on PTB, max relative loss difference %.2e (tolerance %.0e)"
+          % ("PASS" if ok else "FAIL", args.model, len(ours), worst, args.rtol))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
