@@ -12,3 +12,7 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
 fi
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BUILD_DIR/tests/tcn_tests" "$@"
+if [ $# -eq 0 ]; then
+  echo "== command-line checks (ctest -R cli_)"
+  ctest --test-dir "$BUILD_DIR" -R '^cli_' --output-on-failure | tail -n 3
+fi

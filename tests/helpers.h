@@ -4,7 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -52,6 +55,25 @@ inline double close_ratio(const Tensor& a, const Tensor& b, double atol, double 
   }
   return worst;
 }
+
+// CHECK that expr throws a tcn::Error whose message contains text.
+#define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
+
+// A fresh temporary directory, removed with everything in it at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("tcn_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path.string(); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
 
 #define CHECK_CLOSE(a, b, atol, rtol) CHECK(::tcn::test::close_ratio((a), (b), (atol), (rtol)) <= 1.0)
 

@@ -14,22 +14,9 @@
 using namespace tcn;
 using namespace charlm;
 namespace fs = std::filesystem;
-
-#define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
+using tcn::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("tcn_charlm_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-  std::string file(const std::string& f) const { return (path / f).string(); }
-};
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

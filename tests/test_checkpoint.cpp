@@ -12,24 +12,9 @@
 using namespace tcn;
 using namespace tcn::nn;
 namespace fs = std::filesystem;
-
-#define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
+using tcn::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("tcn_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
 
 std::string read_bytes(const std::string& p) {
   std::ifstream f(p, std::ios::binary);

@@ -3,8 +3,6 @@
 
 using namespace tcn;
 
-#define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
-
 TEST_SUITE("errors") {
 
 TEST_CASE("shape mismatches name the op and both shapes") {

@@ -285,6 +285,14 @@ int run_train(TrainOptions o) {
         interval_steps = interval_chars = 0;
         t_interval = Clock::now();
       }
+      if (o.eval_interval > 0 && st.step % o.eval_interval == 0 && st.step != o.max_steps) {
+        double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
+        model->train();
+        std::printf("| step %lld | valid loss %.3f | valid bpc %.3f\n", static_cast<long long>(st.step), vloss,
+                    vloss / kLn2);
+        std::fflush(stdout);
+        log.row("valid", st.epoch, st.step, st.lr, vloss, 0, 0, elapsed());
+      }
       if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0)
         save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
     }
