@@ -15,7 +15,10 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
 };
 
+struct MemoryStats;
 Allocator* cpu_allocator();
+// Bytes in use, peak, cached, for the CPU or a CUDA device (core/caching_allocator.h).
+MemoryStats memory_stats(Device device);
 // The allocator of `device`; throws tcn::Error when the device is not usable.
 Allocator* allocator_for(Device device);
 

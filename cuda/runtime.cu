@@ -1,6 +1,5 @@
-// CUDA device runtime: device discovery and host/device copies. The memory
-// allocator here is the plain one (cudaMalloc per block); the caching allocator
-// arrives with the CUDA backend.
+// CUDA device runtime: device discovery, the caching allocator over cudaMalloc
+// (core/caching_allocator.h), and host/device copies.
 #include "cuda/runtime.h"
 
 #include <memory>
@@ -38,28 +37,26 @@ const Probe& probe() {
   return p;
 }
 
-class PlainCudaAllocator final : public Allocator {
- public:
-  explicit PlainCudaAllocator(int device) : device_(device) {}
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    CUDA_CHECK(cudaSetDevice(device_));
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, nbytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      TCN_FAIL("CUDA out of memory: asked for ", nbytes, " bytes on cuda:", device_, ", ",
-               free_b, " of ", total_b, " bytes free (", cudaGetErrorString(err), ")");
-    }
-    return p;
+// cudaMalloc for one device, returning nullptr (not throwing) when the device
+// is out of memory, so the caching allocator can release its cache and retry.
+void* raw_cuda_malloc(int device, size_t n) {
+  CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  if (cudaMalloc(&p, n) != cudaSuccess) {
+    cudaGetLastError();  // clear the error: out of memory is reported by the caller
+    return nullptr;
   }
-  void deallocate(void* ptr, size_t) override { cudaFree(ptr); }
+  return p;
+}
 
- private:
-  int device_;
-};
+std::mutex& allocators_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<std::unique_ptr<CachingAllocator>>& allocators() {
+  static std::vector<std::unique_ptr<CachingAllocator>> a;
+  return a;
+}
 
 }  // namespace
 
@@ -73,12 +70,21 @@ Allocator* allocator(int index) {
             unavailable_reason());
   TCN_CHECK(index >= 0 && index < device_count(), "cuda:", index, " requested but only ",
             device_count(), " CUDA device(s) are visible");
-  static std::mutex mu;
-  static std::vector<std::unique_ptr<PlainCudaAllocator>> allocators;
-  std::lock_guard<std::mutex> lock(mu);
-  if (allocators.empty()) allocators.resize(device_count());
-  if (!allocators[index]) allocators[index] = std::make_unique<PlainCudaAllocator>(index);
-  return allocators[index].get();
+  std::lock_guard<std::mutex> lock(allocators_mutex());
+  auto& all = allocators();
+  if (all.empty()) all.resize(device_count());
+  if (!all[index])
+    all[index] = std::make_unique<CachingAllocator>(
+        "cuda:" + std::to_string(index), [index](size_t n) { return raw_cuda_malloc(index, n); },
+        [](void* p) { cudaFree(p); }, ~size_t{0});
+  return all[index].get();
+}
+
+MemoryStats memory_stats(int index) {
+  std::lock_guard<std::mutex> lock(allocators_mutex());
+  auto& all = allocators();
+  if (index < 0 || index >= static_cast<int>(all.size()) || !all[index]) return {};
+  return all[index]->stats();
 }
 
 void copy_host_to_device(void* dst, const void* src, size_t n) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/allocator.h"
+#include "core/caching_allocator.h"
 
 namespace tcn::cuda {
 
@@ -27,6 +28,8 @@ std::string unavailable_reason();
 // The allocator for device `index`; throws tcn::Error naming the reason when the
 // device is not usable.
 Allocator* allocator(int index);
+// The caching allocator's statistics for device `index` (zeros when unused).
+MemoryStats memory_stats(int index);
 
 // Copies between host and device memory (synchronous on tcn's stream).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);

@@ -1,5 +1,6 @@
 // The CUDA runtime: no GPU is a normal state with a reason, never a crash.
 // Tests that need a GPU are skipped (and reported as skipped) without one.
+#include "core/caching_allocator.h"
 #include "helpers.h"
 
 using namespace tcn;
@@ -25,6 +26,7 @@ TEST_CASE("host <-> device round trip" * doctest::skip(!cuda::is_available())) {
   Tensor h = empty({3, 5}, {DType::F32, Device::cuda(0)});
   copy_(h, g);
   CHECK(h.to_vector<float>() == x.to_vector<float>());
+  CHECK(memory_stats(Device::cuda(0)).in_use >= 2 * 15 * sizeof(float));  // the caching allocator counts them
 }
 
 }  // TEST_SUITE

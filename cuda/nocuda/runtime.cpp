@@ -16,6 +16,7 @@ bool kernels_available() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return kWhy; }
 Allocator* allocator(int index) { TCN_FAIL("cuda:", index, " requested but ", kWhy); }
+MemoryStats memory_stats(int) { return {}; }
 void copy_host_to_device(void*, const void*, size_t) { fail(); }
 void copy_device_to_host(void*, const void*, size_t) { fail(); }
 void copy_device_to_device(void*, const void*, size_t) { fail(); }
