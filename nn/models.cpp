@@ -17,11 +17,17 @@ TemporalBlock::TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t di
   }
 }
 
-Tensor TemporalBlock::forward(const Tensor& x) const {
-  Tensor out = dropout1->forward_relu(conv1->forward(x));  // dropout(relu(.)), fused
-  out = dropout2->forward_relu(conv2->forward(out));
-  Tensor res = downsample ? downsample->forward(x) : x;
-  return relu(add(out, res));
+Tensor TemporalBlock::forward(const Tensor& x, int64_t x_start, int64_t out_start) const {
+  const int64_t T = x_start + x.size(1), s = span();
+  TCN_CHECK(x_start == 0 ? out_start >= 0 : out_start >= x_start + 2 * s, "TemporalBlock: outputs from ", out_start,
+            " need inputs from ", std::max<int64_t>(0, out_start - 2 * s), ", x starts at ", x_start);
+  // conv1 over x: its first s outputs lack history when x is a suffix; keep from mid.
+  const int64_t mid = x_start == 0 ? std::max<int64_t>(0, out_start - s) : out_start - s;
+  Tensor h = dropout1->forward_relu(conv1->forward(x).narrow(1, mid - x_start, T - mid));  // dropout(relu(.)), fused
+  h = dropout2->forward_relu(conv2->forward(h).narrow(1, out_start - mid, T - out_start));
+  Tensor xs = x.narrow(1, out_start - x_start, T - out_start);
+  Tensor res = downsample ? downsample->forward(xs) : xs;
+  return relu(add(h, res));
 }
 
 TemporalConvNet::TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double p,
@@ -33,10 +39,22 @@ TemporalConvNet::TemporalConvNet(int64_t inputs, const std::vector<int64_t>& cha
   }
 }
 
-Tensor TemporalConvNet::forward(const Tensor& x) const {
-  Tensor h = x;
-  for (const auto& block : network->items()) h = block->forward(h);
+Tensor TemporalConvNet::forward(const Tensor& x, int64_t keep_last) const {
+  const auto& blocks = network->items();
+  const int64_t T = x.size(1);
+  // Where each level's output must start, from the top down.
+  std::vector<int64_t> start(blocks.size() + 1);
+  start[blocks.size()] = keep_last > 0 && keep_last < T ? T - keep_last : 0;
+  for (size_t i = blocks.size(); i-- > 0;) start[i] = std::max<int64_t>(0, start[i + 1] - 2 * blocks[i]->span());
+  Tensor h = start[0] > 0 ? x.narrow(1, start[0], T - start[0]) : x;
+  for (size_t i = 0; i < blocks.size(); ++i) h = blocks[i]->forward(h, start[i], start[i + 1]);
   return h;
+}
+
+int64_t TemporalConvNet::receptive_field() const {
+  int64_t r = 1;
+  for (const auto& b : network->items()) r += 2 * b->span();
+  return r;
 }
 
 // ---- configs -------------------------------------------------------------------------
@@ -99,11 +117,14 @@ TCNCharLM::TCNCharLM(const TCNConfig& c, uint64_t seed) : cfg(c) {
   zero_(decoder->bias);
 }
 
-Tensor TCNCharLM::forward(const Tensor& tokens) {
+Tensor TCNCharLM::forward(const Tensor& tokens, int64_t keep_last) {
   TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "TCN: tokens must be int64 [batch, time], got ",
             tokens.dtype(), " ", tokens.shape());
-  Tensor emb = drop->forward(encoder->forward(tokens));  // [B, T, emsize]
-  return decoder->forward(tcn->forward(emb));             // [B, T, vocab]
+  // Only the positions the kept outputs can see are embedded and convolved.
+  const int64_t T = tokens.size(1);
+  const int64_t need = keep_last > 0 ? std::min(T, keep_last + tcn->receptive_field() - 1) : T;
+  Tensor emb = drop->forward(encoder->forward(tokens.narrow(1, T - need, need)));  // [B, need, emsize]
+  return decoder->forward(tcn->forward(emb, keep_last));                           // [B, kept, vocab]
 }
 
 LSTMCharLM::LSTMCharLM(const LSTMConfig& c, uint64_t seed) : cfg(c) {
@@ -117,12 +138,14 @@ LSTMCharLM::LSTMCharLM(const LSTMConfig& c, uint64_t seed) : cfg(c) {
   uniform_(encoder->weight, -0.1, 0.1, init);
 }
 
-Tensor LSTMCharLM::forward(const Tensor& tokens) {
+Tensor LSTMCharLM::forward(const Tensor& tokens, int64_t keep_last) {
   TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "LSTM: tokens must be int64 [batch, time], got ",
             tokens.dtype(), " ", tokens.shape());
   Tensor emb = encoder->forward(tokens);
   if (is_training() && cfg.emb_dropout > 0) emb = dropout(emb, cfg.emb_dropout, dropout_gen_);
   Tensor out = rnn->forward(emb).first;
+  const int64_t T = out.size(1);
+  if (keep_last > 0 && keep_last < T) out = out.narrow(1, T - keep_last, keep_last);
   return decoder->forward(drop->forward(out));
 }
 

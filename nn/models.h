@@ -20,7 +20,13 @@ class TemporalBlock : public Module {
  public:
   TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t dilation, double dropout, Generator& init,
                 Generator& drop);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const { return forward(x, 0, 0); }
+  // x holds positions [x_start, T) of a sequence (x_start > 0: a suffix, whose
+  // first positions lack their history); returns the outputs for positions
+  // [out_start, T), which must have their full receptive field inside x:
+  // out_start == 0 when x_start == 0, else out_start >= x_start + 2 * span().
+  Tensor forward(const Tensor& x, int64_t x_start, int64_t out_start) const;
+  int64_t span() const { return (conv1->kernel_size - 1) * conv1->opts.dilation; }  // history one conv reads
   std::shared_ptr<Conv1d> conv1, conv2, downsample;  // downsample is null when in == out
   std::shared_ptr<Dropout> dropout1, dropout2;
 };
@@ -30,7 +36,11 @@ class TemporalConvNet : public Module {
  public:
   TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double dropout,
                   Generator& init, Generator& drop);
-  Tensor forward(const Tensor& x) const;
+  // x [B, T, C] -> the outputs of the last `keep_last` positions (all when
+  // keep_last <= 0 or >= T). Only what those outputs depend on is computed:
+  // each level reads 2 * span fewer positions than the one below it needs.
+  Tensor forward(const Tensor& x, int64_t keep_last = 0) const;
+  int64_t receptive_field() const;  // 1 + sum of 2 * span over the blocks
   std::shared_ptr<ModuleList<TemporalBlock>> network;
 };
 
@@ -51,8 +61,10 @@ struct LSTMConfig {
 // What a trainer needs from either model.
 class CharLM : public Module {
  public:
-  // tokens int64 [B, T] -> logits [B, T, vocab]
-  virtual Tensor forward(const Tensor& tokens) = 0;
+  // tokens int64 [B, T] -> logits [B, T, vocab]; with keep_last > 0, only the
+  // logits of the last keep_last positions, [B, keep_last, vocab] (a trainer
+  // scores only those; the TCN then skips the work nothing scored depends on).
+  virtual Tensor forward(const Tensor& tokens, int64_t keep_last = 0) = 0;
   virtual std::string kind() const = 0;  // "tcn" or "lstm"
   virtual nlohmann::json config_json() const = 0;
   // The Philox stream of the dropout masks (save it to resume exactly).
@@ -68,7 +80,7 @@ class TCNCharLM : public CharLM {
   // bias 0, downsample weights N(0, 0.01); the weight-normed convs keep PyTorch's
   // default init (locuslab's normal_(0, 0.01) on them is undone by weight_norm).
   TCNCharLM(const TCNConfig& cfg, uint64_t seed);
-  Tensor forward(const Tensor& tokens) override;
+  Tensor forward(const Tensor& tokens, int64_t keep_last = 0) override;
   std::string kind() const override { return "tcn"; }
   nlohmann::json config_json() const override { return cfg.to_json(); }
   TCNConfig cfg;
@@ -81,7 +93,7 @@ class TCNCharLM : public CharLM {
 class LSTMCharLM : public CharLM {
  public:
   LSTMCharLM(const LSTMConfig& cfg, uint64_t seed);
-  Tensor forward(const Tensor& tokens) override;
+  Tensor forward(const Tensor& tokens, int64_t keep_last = 0) override;
   std::string kind() const override { return "lstm"; }
   nlohmann::json config_json() const override { return cfg.to_json(); }
   LSTMConfig cfg;

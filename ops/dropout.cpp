@@ -65,6 +65,33 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void philox_keep_fl
   }
 }
 
+// Contiguous rows: y = x * keep * scale (with kRelu, keep &= x > 0 first).
+// Branch-free so it vectorises (keep is 0 or 1; as in PyTorch, a dropped inf or
+// NaN stays NaN: x * 0); the float version is compiled for AVX-512/AVX2 too.
+template <bool kRelu, class T>
+inline void apply_keep_flags_generic(const T* x, uint8_t* m, T* y, int64_t n, T scale) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    if constexpr (kRelu) m[i] = m[i] & static_cast<uint8_t>(v > T(0));
+    y[i] = v * (static_cast<T>(m[i]) * scale);
+  }
+}
+__attribute__((target_clones("avx512f", "avx2", "default"))) void apply_keep_flags_f32(const float* x, uint8_t* m,
+                                                                                      float* y, int64_t n, float scale,
+                                                                                      bool relu) {
+  if (relu)
+    apply_keep_flags_generic<true>(x, m, y, n, scale);
+  else
+    apply_keep_flags_generic<false>(x, m, y, n, scale);
+}
+template <bool kRelu, class T>
+void apply_keep_flags(const T* x, uint8_t* m, T* y, int64_t n, T scale) {
+  if constexpr (std::is_same_v<T, float>)
+    apply_keep_flags_f32(x, m, y, n, scale, kRelu);
+  else
+    apply_keep_flags_generic<kRelu>(x, m, y, n, scale);
+}
+
 // y = x * keep * scale for a possibly strided x (a conv output is a view),
 // recording keep into mask (which has room for whole Philox blocks). With
 // kRelu, y = relu(x) * keep * scale and the mask records keep && x > 0, so the
@@ -93,13 +120,7 @@ void dropout_forward_cpu(const Tensor& x, const Tensor& y, uint8_t* mask, double
       }
       return;
     }
-    // Branch-free so it vectorises: keep is 0 or 1. (As in PyTorch, a dropped
-    // inf or NaN stays NaN: x * 0.)
-    for (int64_t i = 0; i < len; ++i) {
-      const T v = xr[i];
-      if constexpr (kRelu) m[i] = m[i] & (v > T(0));
-      yr[i] = v * (static_cast<T>(m[i]) * scale);
-    }
+    apply_keep_flags<kRelu>(xr, m, yr, len, scale);
   });
 }
 

@@ -45,7 +45,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o) {
   for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
     auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor loss = cross_entropy(model->forward(inp).narrow(1, hist, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
+    Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
     loss.backward();
     nn::clip_grad_norm(model->parameters(), 0.15);
     opt.step();

@@ -44,9 +44,9 @@ double evaluate(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_
     if (max_batches > 0 && n++ >= max_batches) break;
     auto [inp, tgt] = get_batch(source.to(Device::cpu()), w);
     Device dev = model.parameters()[0].device();
-    Tensor logits = model.forward(inp.to(dev));
     const int64_t scored = w.len - hist;
-    double l = cross_entropy(logits.narrow(1, hist, scored), tgt.to(dev).narrow(1, hist, scored)).item();
+    Tensor logits = model.forward(inp.to(dev), scored);  // the last `scored` positions only
+    double l = cross_entropy(logits, tgt.to(dev).narrow(1, hist, scored)).item();
     total += l * static_cast<double>(scored * inp.size(0));
     count += scored * inp.size(0);
   }
@@ -253,8 +253,8 @@ int run_train(TrainOptions o) {
       tgt = tgt.to(device);
       const int64_t scored = wins[bi].len - hist;
       opt->zero_grad();
-      Tensor logits = model->forward(inp);
-      Tensor loss = cross_entropy(logits.narrow(1, hist, scored), tgt.narrow(1, hist, scored));
+      Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
+      Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
       loss.backward();
       if (o.clip > 0) nn::clip_grad_norm(model->parameters(), o.clip);
       const double l = loss.item();
@@ -286,12 +286,14 @@ int run_train(TrainOptions o) {
         t_interval = Clock::now();
       }
       if (o.eval_interval > 0 && st.step % o.eval_interval == 0 && st.step != o.max_steps) {
+        const auto t_eval = Clock::now();
         double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
         model->train();
         std::printf("| step %lld | valid loss %.3f | valid bpc %.3f\n", static_cast<long long>(st.step), vloss,
                     vloss / kLn2);
         std::fflush(stdout);
         log.row("valid", st.epoch, st.step, st.lr, vloss, 0, 0, elapsed());
+        t_interval += Clock::now() - t_eval;  // keep evaluation out of the interval's ms/batch
       }
       if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0)
         save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
