@@ -20,6 +20,7 @@ void matvec_add(const std::vector<float>& W, const float* x, int64_t rows, int64
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = W.data() + r * cols;
     float acc = 0;
+#pragma omp simd reduction(+ : acc)
     for (int64_t c = 0; c < cols; ++c) acc += w[c] * x[c];
     y[r] += acc;
   }
