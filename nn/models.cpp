@@ -58,45 +58,51 @@ int64_t TemporalConvNet::receptive_field() const {
 }
 
 // ---- configs -------------------------------------------------------------------------
-nlohmann::json TCNConfig::to_json() const {
-  return {{"vocab_size", vocab_size}, {"emsize", emsize}, {"nhid", nhid},           {"levels", levels},
-          {"ksize", ksize},           {"dropout", dropout}, {"emb_dropout", emb_dropout}};
+// Each config lists its fields once; the JSON conversions in both directions walk that list.
+namespace {
+
+template <class F>
+void tcn_fields(TCNConfig& c, F&& f) {
+  f("vocab_size", c.vocab_size), f("emsize", c.emsize), f("nhid", c.nhid), f("levels", c.levels);
+  f("ksize", c.ksize), f("dropout", c.dropout), f("emb_dropout", c.emb_dropout);
 }
 
+template <class F>
+void lstm_fields(LSTMConfig& c, F&& f) {
+  f("vocab_size", c.vocab_size), f("emsize", c.emsize), f("nhid", c.nhid), f("layers", c.layers);
+  f("dropout", c.dropout), f("emb_dropout", c.emb_dropout);
+}
+
+template <class Config, class Fields>
+nlohmann::json fields_to_json(Config c, Fields fields) {
+  nlohmann::json j;
+  fields(c, [&](const char* key, const auto& v) { j[key] = v; });
+  return j;
+}
+
+// Every field is required: a checkpoint or golden file always carries all of them.
+template <class Config, class Fields>
+Config fields_from_json(const nlohmann::json& j, Fields fields, const char* what) {
+  Config c;
+  try {
+    fields(c, [&](const char* key, auto& v) { v = j.at(key).get<std::decay_t<decltype(v)>>(); });
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL(what, " config ", j.dump(), " is invalid: ", e.what());
+  }
+  return c;
+}
+
+}  // namespace
+
+nlohmann::json TCNConfig::to_json() const { return fields_to_json(*this, [](auto& c, auto&& f) { tcn_fields(c, f); }); }
 TCNConfig TCNConfig::from_json(const nlohmann::json& j) {
-  TCNConfig c;
-  try {
-    c.vocab_size = j.at("vocab_size");
-    c.emsize = j.at("emsize");
-    c.nhid = j.at("nhid");
-    c.levels = j.at("levels");
-    c.ksize = j.at("ksize");
-    c.dropout = j.value("dropout", c.dropout);
-    c.emb_dropout = j.value("emb_dropout", c.emb_dropout);
-  } catch (const nlohmann::json::exception& e) {
-    TCN_FAIL("TCN config ", j.dump(), " is invalid: ", e.what());
-  }
-  return c;
+  return fields_from_json<TCNConfig>(j, [](auto& c, auto&& f) { tcn_fields(c, f); }, "TCN");
 }
-
 nlohmann::json LSTMConfig::to_json() const {
-  return {{"vocab_size", vocab_size}, {"emsize", emsize},   {"nhid", nhid},
-          {"layers", layers},         {"dropout", dropout}, {"emb_dropout", emb_dropout}};
+  return fields_to_json(*this, [](auto& c, auto&& f) { lstm_fields(c, f); });
 }
-
 LSTMConfig LSTMConfig::from_json(const nlohmann::json& j) {
-  LSTMConfig c;
-  try {
-    c.vocab_size = j.at("vocab_size");
-    c.emsize = j.at("emsize");
-    c.nhid = j.at("nhid");
-    c.layers = j.at("layers");
-    c.dropout = j.value("dropout", c.dropout);
-    c.emb_dropout = j.value("emb_dropout", c.emb_dropout);
-  } catch (const nlohmann::json::exception& e) {
-    TCN_FAIL("LSTM config ", j.dump(), " is invalid: ", e.what());
-  }
-  return c;
+  return fields_from_json<LSTMConfig>(j, [](auto& c, auto&& f) { lstm_fields(c, f); }, "LSTM");
 }
 
 // ---- the models ------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -84,7 +85,7 @@ struct TrainState {
 
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append) : path_(path) {
+  MetricsLog(const std::string& path, bool append) {
     if (path.empty()) return;
     auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
@@ -104,7 +105,6 @@ class MetricsLog {
   }
 
  private:
-  std::string path_;
   std::ofstream f_;
 };
 
