@@ -1,5 +1,6 @@
 // add, sub, mul, div with NumPy broadcasting. Backward sums each gradient back
 // to its input's shape (sum_to), the inverse of broadcasting.
+#include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
 #include "ops/functors.h"
@@ -10,14 +11,17 @@ namespace tcn {
 namespace {
 
 template <class F>
-Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f) {
+Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f, cuda::BinaryOp cuda_op) {
   check_defined(op, a);
   check_defined(op, b);
   check_same_device(op, a, b);
   check_same_dtype(op, a, b);
   check_float(op, a);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.options());
-  if (a.device().is_cuda()) no_cuda_kernel(op);
+  if (a.device().is_cuda()) {
+    TCN_CUDA_OP(op, cuda::binary(cuda_op, out, a, b));
+    return out;
+  }
   dispatch_float(a.dtype(), op, [&]<class T>() { cpu::cpu_map<T>(out, f, a, b); });
   return out;
 }
@@ -25,7 +29,7 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("add", a, b, fn::Add{});
+  Tensor out = binary_forward("add", a, b, fn::Add{}, cuda::BinaryOp::Add);
   if (autograd::needs_grad({a, b}))
     autograd::record("add", {a, b}, {out}, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
       return TensorList{sum_to(g[0], sa), sum_to(g[0], sb)};
@@ -34,7 +38,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("sub", a, b, fn::Sub{});
+  Tensor out = binary_forward("sub", a, b, fn::Sub{}, cuda::BinaryOp::Sub);
   if (autograd::needs_grad({a, b}))
     autograd::record("sub", {a, b}, {out}, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
       return TensorList{sum_to(g[0], sa), sum_to(neg(g[0]), sb)};
@@ -43,7 +47,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("mul", a, b, fn::Mul{});
+  Tensor out = binary_forward("mul", a, b, fn::Mul{}, cuda::BinaryOp::Mul);
   if (autograd::needs_grad({a, b})) {
     // Keep each factor only if the other one needs its gradient.
     Tensor keep_a = b.requires_grad() ? a.detach() : Tensor();
@@ -57,7 +61,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("div", a, b, fn::Div{});
+  Tensor out = binary_forward("div", a, b, fn::Div{}, cuda::BinaryOp::Div);
   if (autograd::needs_grad({a, b})) {
     bool need_b = b.requires_grad();
     // d(a/b)/db = -(a/b)/b: keep the output rather than a.

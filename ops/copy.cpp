@@ -1,5 +1,6 @@
 // Copies: contiguous() (the one copy the view system ever makes), clone,
 // device and dtype conversion, and copy_ into an existing (possibly strided) view.
+#include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -22,29 +23,25 @@ void copy_(const Tensor& dst, const Tensor& src) {
   broadcast_shapes(dst.shape(), src.shape(), "copy_");  // throws on mismatch
   Tensor s = src.detach();
   if (s.shape() != dst.shape()) s = s.expand(dst.shape());
-  if (dst.device().is_cpu() && s.device().is_cpu()) {
+  const Device dd = dst.device(), sd = s.device();
+  if (dd.is_cpu() && sd.is_cpu()) {
     copy_cpu(dst, s);
     return;
   }
-  // Crossing devices: stage through a contiguous buffer on the source side.
-  const size_t nbytes = dst.numel() * dtype_size(dst.dtype());
-  if (s.device().is_cpu()) {  // host -> device
-    TCN_CHECK(dst.is_contiguous(), "copy_: copying into a strided CUDA view has no kernel yet");
-    Tensor c = s.contiguous();
-    cuda::copy_host_to_device(dst.raw_data(), c.raw_data(), nbytes);
-  } else if (dst.device().is_cpu()) {  // device -> host
-    TCN_CHECK(s.is_contiguous(), "copy_: copying from a strided CUDA view has no kernel yet");
-    if (dst.is_contiguous()) {
-      cuda::copy_device_to_host(dst.raw_data(), s.raw_data(), nbytes);
-    } else {
-      Tensor tmp = empty(dst.shape(), dst.options());
-      cuda::copy_device_to_host(tmp.raw_data(), s.raw_data(), nbytes);
-      copy_cpu(dst, tmp);
-    }
-  } else {
-    TCN_CHECK(s.is_contiguous() && dst.is_contiguous(), "copy_: strided CUDA copies have no kernel yet");
-    cuda::copy_device_to_device(dst.raw_data(), s.raw_data(), nbytes);
+  if (dd == sd) {  // within one GPU: any strides, one kernel
+    TCN_CUDA_OP("copy_", cuda::copy(dst, s));
+    return;
   }
+  // Across devices: through contiguous buffers (host <-> device, or via the host).
+  const size_t nbytes = dst.numel() * dtype_size(dst.dtype());
+  Tensor from = s.contiguous();
+  if (sd.is_cuda() && dd.is_cuda()) from = from.to(Device::cpu());
+  Tensor to = dst.is_contiguous() ? dst : empty(dst.shape(), dst.options());
+  if (from.device().is_cpu())
+    cuda::copy_host_to_device(to.raw_data(), from.raw_data(), nbytes);
+  else
+    cuda::copy_device_to_host(to.raw_data(), from.raw_data(), nbytes);
+  if (!to.shares_storage(dst)) copy_(dst, to);
 }
 
 Tensor clone(const Tensor& x) {

@@ -1,6 +1,7 @@
 // In-place updates, used by optimizers, gradient accumulation and clipping.
 // They record nothing, and refuse to modify a tensor that requires grad while
 // grad mode is on (that would silently corrupt its gradient).
+#include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -18,9 +19,7 @@ void check_inplace(const char* op, const Tensor& x) {
 void fill_(const Tensor& x, double value) {
   check_inplace("fill_", x);
   if (x.device().is_cuda()) {
-    // Until the CUDA kernels land, fill through a host buffer.
-    TCN_CHECK(x.is_contiguous(), "fill_: strided CUDA fill has no kernel yet");
-    copy_(x, full(x.shape(), value, {x.dtype(), Device::cpu()}));
+    TCN_CUDA_OP("fill_", cuda::fill(x, value));
     return;
   }
   dispatch_all(x.dtype(), [&]<class T>() {
@@ -37,7 +36,10 @@ void add_(const Tensor& x, const Tensor& y, double alpha) {
   check_float("add_", x);
   TCN_CHECK(broadcast_shapes(x.shape(), y.shape(), "add_") == x.shape(), "add_: ", y.shape(),
             " cannot be added in place to ", x.shape());
-  if (x.device().is_cuda()) no_cuda_kernel("add_");
+  if (x.device().is_cuda()) {
+    TCN_CUDA_OP("add_", cuda::add_inplace(x, y, alpha));
+    return;
+  }
   dispatch_float(x.dtype(), "add_", [&]<class T>() {
     const T a = static_cast<T>(alpha);
     if (alpha == 1.0)
@@ -50,7 +52,10 @@ void add_(const Tensor& x, const Tensor& y, double alpha) {
 void mul_(const Tensor& x, double s) {
   check_inplace("mul_", x);
   check_float("mul_", x);
-  if (x.device().is_cuda()) no_cuda_kernel("mul_");
+  if (x.device().is_cuda()) {
+    TCN_CUDA_OP("mul_", cuda::mul_inplace(x, s));
+    return;
+  }
   dispatch_float(x.dtype(), "mul_", [&]<class T>() {
     const T v = static_cast<T>(s);
     cpu::cpu_map<T>(x, [v](T xi) { return xi * v; }, x);

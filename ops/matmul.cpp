@@ -1,6 +1,7 @@
 // Matrix products on the CPU through OpenBLAS. A 2-D operand whose rows or
 // columns are unit-stride goes to BLAS as it is (a transposed view is just
 // CblasTrans with the other leading dimension), so mm(a, b.t()) copies nothing.
+#include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -52,8 +53,10 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   TCN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected two matrices, got shapes ", a.shape(), " and ", b.shape());
   TCN_CHECK(a.size(1) == b.size(0), "mm: inner dimensions differ, ", a.shape(), " @ ", b.shape());
   Tensor out = empty({a.size(0), b.size(1)}, a.options());
-  if (a.device().is_cuda()) no_cuda_kernel("mm");
-  batched_gemm_cpu("mm", a.detach().unsqueeze(0), b.detach().unsqueeze(0), out);
+  if (a.device().is_cuda())
+    TCN_CUDA_OP("mm", cuda::batched_gemm(out.unsqueeze(0), a.detach().unsqueeze(0), b.detach().unsqueeze(0)));
+  else
+    batched_gemm_cpu("mm", a.detach().unsqueeze(0), b.detach().unsqueeze(0), out);
   if (autograd::needs_grad({a, b}))
     // da = g @ b^T needs b; db = a^T @ g needs a. Keep only what is needed.
     autograd::record("mm", {a, b}, {out},
@@ -72,8 +75,10 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   TCN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes do not match, ", a.shape(), " @ ",
             b.shape());
   Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.options());
-  if (a.device().is_cuda()) no_cuda_kernel("bmm");
-  batched_gemm_cpu("bmm", a.detach(), b.detach(), out);
+  if (a.device().is_cuda())
+    TCN_CUDA_OP("bmm", cuda::batched_gemm(out, a.detach(), b.detach()));
+  else
+    batched_gemm_cpu("bmm", a.detach(), b.detach(), out);
   if (autograd::needs_grad({a, b}))
     autograd::record("bmm", {a, b}, {out},
                      [ad = b.requires_grad() ? a.detach() : Tensor(),

@@ -3,6 +3,7 @@
 // double so float32 sums do not drift with the reduction length.
 #include <algorithm>
 
+#include "cuda/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -16,6 +17,7 @@ struct ReducePlan {
   Strides kept_strides, red_strides;
   Shape out_shape;       // with keepdim
   Shape out_shape_kd;    // keepdim=true version
+  std::vector<bool> reduced;  // per dim of x
 };
 
 ReducePlan plan_reduce(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim, const char* op) {
@@ -26,6 +28,7 @@ ReducePlan plan_reduce(const Tensor& x, const std::vector<int64_t>& dims_in, boo
     red[w] = true;
   }
   ReducePlan p;
+  p.reduced = red;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (red[d]) {
       p.red_shape.push_back(x.size(d));
@@ -108,8 +111,11 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_float("sum", x);
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   Tensor out = empty(p.out_shape, x.options());
-  if (x.device().is_cuda()) no_cuda_kernel("sum");
-  dispatch_float(x.dtype(), "sum", [&]<class T>() { sum_cpu<T>(x, p, out.data<T>()); });
+  if (x.device().is_cuda()) {
+    TCN_CUDA_OP("sum", cuda::sum(out, x, p.reduced));
+  } else {
+    dispatch_float(x.dtype(), "sum", [&]<class T>() { sum_cpu<T>(x, p, out.data<T>()); });
+  }
   if (autograd::needs_grad({x}))
     autograd::record("sum", {x}, {out}, [kd = p.out_shape_kd, xs = x.shape()](const TensorList& g) {
       return TensorList{g[0].reshape(kd).expand(xs)};

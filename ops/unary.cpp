@@ -1,5 +1,6 @@
 // Elementwise ops of one tensor (and a scalar). The math of each lives in
 // ops/functors.h; this file is the one generic forward + backward around it.
+#include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
 #include "ops/functors.h"
@@ -9,10 +10,31 @@ namespace tcn {
 
 namespace {
 
+// Which CUDA kernel computes an op, and its scalar parameter.
+constexpr cuda::UnaryOp cuda_op(fn::Neg) { return cuda::UnaryOp::Neg; }
+constexpr cuda::UnaryOp cuda_op(fn::Relu) { return cuda::UnaryOp::Relu; }
+constexpr cuda::UnaryOp cuda_op(fn::Tanh) { return cuda::UnaryOp::Tanh; }
+constexpr cuda::UnaryOp cuda_op(fn::Sigmoid) { return cuda::UnaryOp::Sigmoid; }
+constexpr cuda::UnaryOp cuda_op(fn::Exp) { return cuda::UnaryOp::Exp; }
+constexpr cuda::UnaryOp cuda_op(fn::Log) { return cuda::UnaryOp::Log; }
+constexpr cuda::UnaryOp cuda_op(fn::Sqrt) { return cuda::UnaryOp::Sqrt; }
+constexpr cuda::UnaryOp cuda_op(fn::Pow) { return cuda::UnaryOp::Pow; }
+constexpr cuda::UnaryOp cuda_op(fn::AddScalar) { return cuda::UnaryOp::AddScalar; }
+constexpr cuda::UnaryOp cuda_op(fn::MulScalar) { return cuda::UnaryOp::MulScalar; }
+template <class Op>
+double cuda_param(const Op& op) {
+  if constexpr (requires { op.p; }) return op.p;
+  else if constexpr (requires { op.s; }) return op.s;
+  else return 0.0;
+}
+
 template <class Op>
 Tensor unary_backward(const Op& op, const Tensor& g, const Tensor& x, const Tensor& y) {
   Tensor gx = empty(g.shape(), g.options());
-  if (g.device().is_cuda()) no_cuda_kernel(Op::name);
+  if (g.device().is_cuda()) {
+    TCN_CUDA_OP(Op::name, cuda::unary_backward(cuda_op(op), cuda_param(op), gx, g, x, y));
+    return gx;
+  }
   // Missing x or y (not kept because bwd ignores it) are stood in for by g.
   const Tensor& xs = x.defined() ? x : g;
   const Tensor& ys = y.defined() ? y : g;
@@ -27,10 +49,13 @@ Tensor unary(const Tensor& x, Op op) {
   check_defined(Op::name, x);
   check_float(Op::name, x);
   Tensor y = empty(x.shape(), x.options());
-  if (x.device().is_cuda()) no_cuda_kernel(Op::name);
-  dispatch_float(x.dtype(), Op::name, [&]<class T>() {
-    cpu::cpu_map<T>(y, [op](T xi) { return op.template fwd<T>(xi); }, x);
-  });
+  if (x.device().is_cuda()) {
+    TCN_CUDA_OP(Op::name, cuda::unary_forward(cuda_op(op), cuda_param(op), y, x));
+  } else {
+    dispatch_float(x.dtype(), Op::name, [&]<class T>() {
+      cpu::cpu_map<T>(y, [op](T xi) { return op.template fwd<T>(xi); }, x);
+    });
+  }
   if (autograd::needs_grad({x})) {
     Tensor keep_x = Op::kUsesX ? x.detach() : Tensor();
     Tensor keep_y = Op::kUsesY ? y.detach() : Tensor();

@@ -1,0 +1,195 @@
+// Elementwise kernels: one strided map kernel for up to four operands (the
+// output first), each with its own element strides (0 on broadcast dims), and
+// the functors of ops/functors.h for the math, shared with the CPU.
+#include <array>
+
+#include "cuda/context.cuh"
+#include "cuda/kernels.h"
+#include "ops/functors.h"
+
+namespace tcn::cuda {
+
+namespace {
+
+constexpr int kMaxDims = 8;
+
+// Shape and per-operand strides, passed to the kernel by value.
+template <int N>
+struct Geometry {
+  int rank = 0;
+  int64_t sizes[kMaxDims];
+  int64_t strides[N][kMaxDims];
+};
+
+template <int N>
+__device__ __forceinline__ void element_offsets(const Geometry<N>& g, int64_t i, int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    const int64_t idx = i % g.sizes[d];
+    i /= g.sizes[d];
+    for (int k = 0; k < N; ++k) off[k] += idx * g.strides[k][d];
+  }
+}
+
+// out[i] = f(in_0[i], ..., in_{K-1}[i]) over n elements.
+template <class T, int K, class F>
+__global__ void map_kernel(T* out, std::array<const T*, K> in, Geometry<K + 1> g, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[K + 1];
+    element_offsets(g, i, off);
+    if constexpr (K == 0) out[off[0]] = f();
+    if constexpr (K == 1) out[off[0]] = f(in[0][off[1]]);
+    if constexpr (K == 2) out[off[0]] = f(in[0][off[1]], in[1][off[2]]);
+    if constexpr (K == 3) out[off[0]] = f(in[0][off[1]], in[1][off[2]], in[2][off[3]]);
+  }
+}
+
+Strides broadcast(const Tensor& t, const Shape& out) {
+  Strides r(out.size(), 0);
+  size_t lead = out.size() - t.shape().size();
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    r[lead + i] = (t.shape()[i] == 1 && out[lead + i] != 1) ? 0 : t.strides()[i];
+  return r;
+}
+
+template <class T, class F, class... In>
+void launch_map(const Tensor& out, F f, const In&... in) {
+  constexpr int K = sizeof...(In);
+  const Shape& shape = out.shape();
+  TCN_CHECK(static_cast<int>(shape.size()) <= kMaxDims, "CUDA elementwise: rank ", shape.size(), " exceeds ", kMaxDims);
+  Geometry<K + 1> g;
+  g.rank = static_cast<int>(shape.size());
+  std::array<Strides, K + 1> st{out.strides(), broadcast(in, shape)...};
+  for (int d = 0; d < g.rank; ++d) {
+    g.sizes[d] = shape[d];
+    for (int k = 0; k <= K; ++k) g.strides[k][d] = st[k][d];
+  }
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  std::array<const T*, K> ptrs{static_cast<const T*>(in.raw_data())...};
+  const int block = 256;
+  map_kernel<T, K><<<grid_for(n, block), block, 0, stream(out.device().index)>>>(static_cast<T*>(out.raw_data()),
+                                                                                  ptrs, g, n, f);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Fn>
+void float_types(const Tensor& t, Fn&& fn) {
+  if (t.dtype() == DType::F32) fn(float{});
+  else if (t.dtype() == DType::F64) fn(double{});
+  else TCN_FAIL("CUDA kernel: expected float32 or float64, got ", dtype_name(t.dtype()));
+}
+
+// The unary functor for an op, handed to fn.
+template <class Fn>
+void with_unary(UnaryOp op, double p, Fn&& fn) {
+  switch (op) {
+    case UnaryOp::Neg: return fn(fn::Neg{});
+    case UnaryOp::Relu: return fn(fn::Relu{});
+    case UnaryOp::Tanh: return fn(fn::Tanh{});
+    case UnaryOp::Sigmoid: return fn(fn::Sigmoid{});
+    case UnaryOp::Exp: return fn(fn::Exp{});
+    case UnaryOp::Log: return fn(fn::Log{});
+    case UnaryOp::Sqrt: return fn(fn::Sqrt{});
+    case UnaryOp::Pow: return fn(fn::Pow{p});
+    case UnaryOp::AddScalar: return fn(fn::AddScalar{p});
+    case UnaryOp::MulScalar: return fn(fn::MulScalar{p});
+  }
+}
+
+template <class Op, class T>
+struct UnaryFwd {
+  Op op;
+  __device__ T operator()(T x) const { return op.template fwd<T>(x); }
+};
+template <class Op, class T>
+struct UnaryBwd {
+  Op op;
+  __device__ T operator()(T g, T x, T y) const { return op.template bwd<T>(g, x, y); }
+};
+template <class F, class T>
+struct BinaryFn {
+  F f;
+  __device__ T operator()(T a, T b) const { return f(a, b); }
+};
+template <class T>
+struct Identity {
+  __device__ T operator()(T v) const { return v; }
+};
+template <class T>
+struct Constant {
+  T v;
+  __device__ T operator()() const { return v; }
+};
+template <class T>
+struct Axpy {
+  T alpha;
+  __device__ T operator()(T x, T y) const { return x + alpha * y; }
+};
+template <class T>
+struct Scale {
+  T s;
+  __device__ T operator()(T x) const { return x * s; }
+};
+
+}  // namespace
+
+void unary_forward(UnaryOp op, double p, const Tensor& y, const Tensor& x) {
+  float_types(x, [&](auto t) {
+    using T = decltype(t);
+    with_unary(op, p, [&](auto f) { launch_map<T>(y, UnaryFwd<decltype(f), T>{f}, x); });
+  });
+}
+
+void unary_backward(UnaryOp op, double p, const Tensor& gx, const Tensor& g, const Tensor& x, const Tensor& y) {
+  const Tensor& xs = x.defined() ? x : g;  // not read by ops that do not need them
+  const Tensor& ys = y.defined() ? y : g;
+  float_types(g, [&](auto t) {
+    using T = decltype(t);
+    with_unary(op, p, [&](auto f) { launch_map<T>(gx, UnaryBwd<decltype(f), T>{f}, g, xs, ys); });
+  });
+}
+
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  float_types(a, [&](auto t) {
+    using T = decltype(t);
+    switch (op) {
+      case BinaryOp::Add: return launch_map<T>(out, BinaryFn<fn::Add, T>{}, a, b);
+      case BinaryOp::Sub: return launch_map<T>(out, BinaryFn<fn::Sub, T>{}, a, b);
+      case BinaryOp::Mul: return launch_map<T>(out, BinaryFn<fn::Mul, T>{}, a, b);
+      case BinaryOp::Div: return launch_map<T>(out, BinaryFn<fn::Div, T>{}, a, b);
+    }
+  });
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  switch (dst.dtype()) {
+    case DType::F32: return launch_map<float>(dst, Identity<float>{}, src);
+    case DType::F64: return launch_map<double>(dst, Identity<double>{}, src);
+    case DType::I64: return launch_map<int64_t>(dst, Identity<int64_t>{}, src);
+  }
+}
+
+void fill(const Tensor& x, double value) {
+  switch (x.dtype()) {
+    case DType::F32: return launch_map<float>(x, Constant<float>{static_cast<float>(value)});
+    case DType::F64: return launch_map<double>(x, Constant<double>{value});
+    case DType::I64: return launch_map<int64_t>(x, Constant<int64_t>{static_cast<int64_t>(value)});
+  }
+}
+
+void add_inplace(const Tensor& x, const Tensor& y, double alpha) {
+  float_types(x, [&](auto t) {
+    using T = decltype(t);
+    launch_map<T>(x, Axpy<T>{static_cast<T>(alpha)}, x, y);
+  });
+}
+
+void mul_inplace(const Tensor& x, double s) {
+  float_types(x, [&](auto t) {
+    using T = decltype(t);
+    launch_map<T>(x, Scale<T>{static_cast<T>(s)}, x);
+  });
+}
+
+}  // namespace tcn::cuda

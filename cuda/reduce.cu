@@ -1,0 +1,68 @@
+// Sums over any set of dims. One thread per output element walks its reduced
+// elements in a fixed order (deterministic), accumulating in double. Fine for
+// the bias gradients of this project ([B*T, C] -> [C] with C in the hundreds);
+// a tree reduction is the next step when a benchmark asks for it.
+#include "cuda/context.cuh"
+#include "cuda/kernels.h"
+
+namespace tcn::cuda {
+
+namespace {
+
+constexpr int kMaxDims = 8;
+
+struct ReduceGeometry {
+  int kept_rank = 0, red_rank = 0;
+  int64_t kept_sizes[kMaxDims], kept_strides[kMaxDims];
+  int64_t red_sizes[kMaxDims], red_strides[kMaxDims];
+};
+
+__device__ __forceinline__ int64_t offset_of(int64_t i, int rank, const int64_t* sizes, const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    off += (i % sizes[d]) * strides[d];
+    i /= sizes[d];
+  }
+  return off;
+}
+
+template <class T>
+__global__ void sum_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_out, int64_t n_red) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out; o += int64_t(gridDim.x) * blockDim.x) {
+    const T* base = in + offset_of(o, g.kept_rank, g.kept_sizes, g.kept_strides);
+    double acc = 0;
+    for (int64_t r = 0; r < n_red; ++r) acc += base[offset_of(r, g.red_rank, g.red_sizes, g.red_strides)];
+    out[o] = static_cast<T>(acc);
+  }
+}
+
+}  // namespace
+
+void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced) {
+  ReduceGeometry g;
+  int64_t n_out = 1, n_red = 1;
+  TCN_CHECK(x.dim() <= kMaxDims, "CUDA sum: rank ", x.dim(), " exceeds ", kMaxDims);
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (reduced[d]) {
+      g.red_sizes[g.red_rank] = x.size(d);
+      g.red_strides[g.red_rank++] = x.stride(d);
+      n_red *= x.size(d);
+    } else {
+      g.kept_sizes[g.kept_rank] = x.size(d);
+      g.kept_strides[g.kept_rank++] = x.stride(d);
+      n_out *= x.size(d);
+    }
+  }
+  if (n_out == 0) return;
+  const int block = 128;
+  cudaStream_t s = stream(x.device().index);
+  if (x.dtype() == DType::F32)
+    sum_kernel<float><<<grid_for(n_out, block), block, 0, s>>>(static_cast<float*>(out.raw_data()),
+                                                               static_cast<const float*>(x.raw_data()), g, n_out, n_red);
+  else
+    sum_kernel<double><<<grid_for(n_out, block), block, 0, s>>>(static_cast<double*>(out.raw_data()),
+                                                                static_cast<const double*>(x.raw_data()), g, n_out, n_red);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tcn::cuda
