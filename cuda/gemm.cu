@@ -58,4 +58,20 @@ void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   }
 }
 
+void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+          int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
+  // Column-major view: C^T [N, M] = op(B)^T op(A)^T.
+  cublasHandle_t h = cublas(device);
+  const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (dtype == DType::F32) {
+    const float one = 1.0f, b = static_cast<float>(beta);
+    CUBLAS_CHECK(cublasSgemm(h, ob, oa, N, M, K, &one, static_cast<const float*>(B), ldb,
+                             static_cast<const float*>(A), lda, &b, static_cast<float*>(C), ldc));
+  } else {
+    const double one = 1.0;
+    CUBLAS_CHECK(cublasDgemm(h, ob, oa, N, M, K, &one, static_cast<const double*>(B), ldb,
+                             static_cast<const double*>(A), lda, &beta, static_cast<double*>(C), ldc));
+  }
+}
+
 }  // namespace tcn::cuda

@@ -39,6 +39,33 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced);
 // out[b] = a[b] @ b[b] for [B, M, K] x [B, K, N] -> contiguous [B, M, N]; strided
 // operands whose rows or columns are unit-stride go to cuBLAS as they are.
 void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b);
+// Row-major C = op(A) @ op(B) + beta * C on device pointers of `dtype`, exactly
+// as cblas_?gemm(CblasRowMajor, ...) on the CPU (ops/cpu_blas.h).
+void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+          int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
+// out [N, D] = table rows idx[i] (idx int64 [N], contiguous, values checked by the caller).
+void gather_rows(const Tensor& out, const Tensor& table, const Tensor& idx);
+// out [V, D] (zeroed by the caller) += src rows [N, D] at idx; duplicates summed in
+// index order (indices stably sorted first): deterministic.
+void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx);
+// Per-row log-sum-exp (float64 [N]) and the mean loss (scalar, logits' dtype) of
+// contiguous logits rows [N, V]; targets int64 [N].
+void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets);
+// dlogits [N, V] = scale * (softmax - onehot), scale = dloss / N read on the device.
+void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
+                            const Tensor& targets);
+// y = x * keep * scale with keep from the Philox stream (seed, start) as on the
+// CPU (ops/dropout.cpp); with relu, y = relu(x) * keep * scale. x contiguous.
+void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, bool relu);
+// dx = g * keep * scale, the mask regenerated from (seed, start); with relu,
+// keep is read from the forward output instead (y > 0).
+void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& y);
+// LSTM cell on B rows of a [B, T, ...] layout at step t (see ops/lstm_layer.cpp):
+// act holds the gate pre-activations of step t on entry and (i, f, g, o) on exit.
+void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t);
+// Gate gradients of step t into dG, from dout and the running dh, dc (updated to step t-1).
+void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, const Tensor& cs, const Tensor& dout,
+                        const Tensor& dh, const Tensor& dc, int64_t t);
 // Strict FP32 GEMMs (the default) or TF32 tensor cores.
 void set_allow_tf32(bool allow);
 

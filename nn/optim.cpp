@@ -8,7 +8,6 @@ namespace {
 // Element loops over a contiguous CPU parameter, its gradient and state tensors.
 template <class F>
 void for_each_element(const Tensor& p, F f) {
-  TCN_CHECK(p.device().is_cpu(), "optimizer: no CUDA kernel yet for the parameter update");
   dispatch_float(p.dtype(), "optimizer", [&]<class T>() { f.template operator()<T>(p.numel()); });
 }
 }  // namespace
@@ -55,6 +54,21 @@ void SGD::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
+    if (p.device().is_cuda()) {  // the same update, composed from in-place ops
+      Tensor d = weight_decay != 0 ? add(g, mul(p, weight_decay)) : g;
+      if (momentum != 0) {
+        if (first) {
+          copy_(buf_[i], d);
+        } else {
+          mul_(buf_[i], momentum);
+          add_(buf_[i], d);
+        }
+        d = buf_[i];
+      }
+      add_(p, d, -lr);
+      if (momentum != 0) started_.data<double>()[i] = 1;
+      continue;
+    }
     for_each_element(p, [&]<class T>(int64_t n) {
       T* w = p.data<T>();
       const T* gr = g.data<T>();
@@ -103,6 +117,15 @@ void Adam::step() {
     t += 1;
     const double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
     const double step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
+    if (p.device().is_cuda()) {  // the same update, composed from ops
+      Tensor d = weight_decay != 0 ? add(g, mul(p, weight_decay)) : g;
+      mul_(m_[i], beta1);
+      add_(m_[i], d, 1 - beta1);
+      mul_(v_[i], beta2);
+      add_(v_[i], mul(d, d), 1 - beta2);
+      add_(p, div(m_[i], add(div(sqrt(v_[i]), sqrt_bc2), eps)), -step_size);
+      continue;
+    }
     for_each_element(p, [&]<class T>(int64_t n) {
       T* w = p.data<T>();
       const T* gr = g.data<T>();

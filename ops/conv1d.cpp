@@ -5,6 +5,9 @@
 // Conv1d(padding=(K-1)*dilation) followed by the chomp of the last (K-1)*dilation
 // steps: a causal conv.
 //
+// The same code runs on the CPU (OpenBLAS) and on a GPU (cuBLAS): only the GEMM
+// call is device-specific; padding, bias and copies are ordinary ops.
+//
 // The kernel is K accumulating GEMMs, one per tap, each over all B*T rows at
 // once. The input is copied once into a zero-padded buffer xp [B, Lp, Cin]
 // (Lp = left_pad + T + right_pad), and the output is computed in the same padded
@@ -15,6 +18,7 @@
 // thrown away (2% extra work at the reference sizes, instead of B times more
 // GEMM calls). The result is a strided view of yp: no copy. Backward is the
 // same walk: dxp[j*d : j*d + M] += dyp[0:M] @ w_j, dw_j = xp[j*d : j*d + M]^T @ dyp[0:M].
+#include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -30,27 +34,50 @@ struct ConvRows {
       : B(B), L(L), Cin(Cin), Cout(Cout), K(K), d(d), left(left), Lp(L + (K - 1) * d), M(B * Lp - (K - 1) * d) {}
 };
 
-// yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
-template <class T>
-void conv1d_forward_cpu(const ConvRows& g, const T* xp, const T* wt, const T* bias, T* yp) {
-#pragma omp parallel for schedule(static) if (g.M * g.Cout >= (1 << 15))
-  for (int64_t r = 0; r < g.M; ++r)
-    for (int64_t o = 0; o < g.Cout; ++o) yp[r * g.Cout + o] = bias ? bias[o] : T(0);
-  for (int64_t j = 0; j < g.K; ++j)
-    cpu::gemm<T>(CblasNoTrans, CblasNoTrans, g.M, g.Cout, g.Cin, xp + j * g.d * g.Cin, g.Cin, wt + j * g.Cin * g.Cout,
-                 g.Cout, T(1), yp, g.Cout);
+// Row-major GEMM on the tensors' device: C = op(A) @ op(B) + beta * C, pointers
+// into the buffers of `like` (its dtype and device).
+void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+             const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
+  if (like.device().is_cuda()) {
+    TCN_CUDA_OP("conv1d", cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc));
+    return;
+  }
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
+    cpu::gemm<T>(tra, trb, M, N, K, static_cast<const T*>(A), lda, static_cast<const T*>(B), ldb, static_cast<T>(beta),
+                 static_cast<T*>(C), ldc);
+  });
 }
 
-// dxp = sum_j dyp @ wt[j]^T, shifted by j*d rows (rows past M must be zero already); dwt[j] = xp^T @ dyp per tap. dyp is zero in the padding rows.
-template <class T>
-void conv1d_backward_cpu(const ConvRows& g, const T* xp, const T* wt, const T* dyp, T* dxp, T* dwt) {
+// Element pointer arithmetic on a contiguous buffer of t's dtype.
+inline const void* at(const Tensor& t, int64_t elem) {
+  return static_cast<const char*>(t.raw_data()) + elem * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+inline void* at_mut(const Tensor& t, int64_t elem) { return const_cast<void*>(at(t, elem)); }
+
+// yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
+void conv1d_forward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& bias, const Tensor& yp) {
+  Tensor rows = yp.view({-1, g.Cout}).narrow(0, 0, g.M);
+  if (bias.defined())
+    copy_(rows, bias);  // broadcast over the rows
+  else
+    zero_(rows);
+  for (int64_t j = 0; j < g.K; ++j)
+    gemm_on(xp, false, false, g.M, g.Cout, g.Cin, at(xp, j * g.d * g.Cin), g.Cin, at(wt, j * g.Cin * g.Cout), g.Cout,
+            1.0, yp.raw_data(), g.Cout);
+}
+
+// dxp = sum_j dyp @ wt[j]^T, shifted by j*d rows (rows past M must be zero already);
+// dwt[j] = xp^T @ dyp per tap. dyp is zero in the padding rows.
+void conv1d_backward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& dyp, const Tensor& dxp,
+                          const Tensor& dwt) {
   for (int64_t j = 0; j < g.K; ++j) {
-    if (dxp)  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
-      cpu::gemm<T>(CblasNoTrans, CblasTrans, g.M, g.Cin, g.Cout, dyp, g.Cout, wt + j * g.Cin * g.Cout, g.Cout,
-                   j == 0 ? T(0) : T(1), dxp + j * g.d * g.Cin, g.Cin);
-    if (dwt)
-      cpu::gemm<T>(CblasTrans, CblasNoTrans, g.Cin, g.Cout, g.M, xp + j * g.d * g.Cin, g.Cin, dyp, g.Cout, T(0),
-                   dwt + j * g.Cin * g.Cout, g.Cout);
+    if (dxp.defined())  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
+      gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, at(wt, j * g.Cin * g.Cout), g.Cout,
+              j == 0 ? 0.0 : 1.0, at_mut(dxp, j * g.d * g.Cin), g.Cin);
+    if (dwt.defined())
+      gemm_on(xp, true, false, g.Cin, g.Cout, g.M, at(xp, j * g.d * g.Cin), g.Cin, dyp.raw_data(), g.Cout, 0.0,
+              at_mut(dwt, j * g.Cin * g.Cout), g.Cout);
   }
 }
 
@@ -88,16 +115,13 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
     check_same_dtype("conv1d", x_in, bias);
     check_same_device("conv1d", x_in, bias);
   }
-  if (x_in.device().is_cuda()) no_cuda_kernel("conv1d");
 
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
   Tensor xp = to_padded_rows(x_in.detach(), left_pad, geo.Lp);
   Tensor wt = w.detach().permute({2, 1, 0}).contiguous();  // [K, Cin, Cout]: each tap a GEMM operand
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor yp = empty({B, geo.Lp, Cout}, x_in.options());
-  dispatch_float(x_in.dtype(), "conv1d", [&]<class T>() {
-    conv1d_forward_cpu<T>(geo, xp.data<T>(), wt.data<T>(), b.defined() ? b.data<T>() : nullptr, yp.data<T>());
-  });
+  conv1d_forward_rows(geo, xp, wt, b, yp);
   Tensor y = yp.narrow(1, 0, L);  // the valid rows of each batch; a view
 
   if (autograd::needs_grad({x_in, w, bias})) {
@@ -111,10 +135,7 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
         zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
       }
       Tensor dwt = need_w ? empty(wt.shape(), wt.options()) : Tensor();
-      dispatch_float(xp.dtype(), "conv1d backward", [&]<class T>() {
-        conv1d_backward_cpu<T>(geo, xp.data<T>(), wt.data<T>(), dyp.data<T>(), need_x ? dxp.data<T>() : nullptr,
-                               need_w ? dwt.data<T>() : nullptr);
-      });
+      conv1d_backward_rows(geo, xp, wt, dyp, dxp, dwt);
       return TensorList{need_x ? dxp.narrow(1, geo.left, geo.L) : Tensor(),
                         need_w ? dwt.permute({2, 1, 0}).contiguous() : Tensor(),
                         need_b ? sum(g[0], {0, 1}) : Tensor()};

@@ -3,6 +3,7 @@
 // Forward keeps one log-sum-exp per row; backward is softmax - onehot, scaled.
 #include <cmath>
 
+#include "cuda/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -20,6 +21,13 @@ int64_t row_offset(const Tensor& t, int64_t r) {
   return off;
 }
 
+void check_targets(const Tensor& targets, int64_t N, int64_t V) {
+  const int64_t* tg = targets.data<int64_t>();
+  for (int64_t r = 0; r < N; ++r)
+    TCN_CHECK(tg[r] >= 0 && tg[r] < V, "cross_entropy: target ", tg[r], " at position ", r, " is not a class in [0, ",
+              V, ")");
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
@@ -34,13 +42,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
             ", got ", targets_in.shape());
   const int64_t V = logits.size(-1), N = numel_of(lead);
   TCN_CHECK(N > 0, "cross_entropy: no positions to score");
-  if (logits.device().is_cuda()) no_cuda_kernel("cross_entropy");
+  if (logits.device().is_cuda()) {
+#ifdef TCN_WITH_CUDA
+    Tensor x = logits.detach().contiguous().view({N, V});
+    Tensor targets = targets_in.contiguous().view({N});
+    check_targets(targets.to(Device::cpu()), N, V);
+    Tensor lse = empty({N}, {DType::F64, logits.device()});
+    Tensor loss = empty({}, logits.options());
+    cuda::cross_entropy_forward(loss, lse, x, targets);
+    if (autograd::needs_grad({logits}))
+      autograd::record("cross_entropy", {logits, Tensor()}, {loss},
+                       [x, targets, lse, shape = logits.shape()](const TensorList& g) {
+                         Tensor dx = empty(x.shape(), x.options());
+                         cuda::cross_entropy_backward(dx, g[0].contiguous(), x, lse, targets);
+                         return TensorList{dx.view(shape), Tensor()};
+                       });
+    return loss;
+#else
+    no_cuda_kernel("cross_entropy");
+#endif
+  }
   Tensor x = logits.stride(-1) == 1 ? logits.detach() : logits.detach().contiguous();
   Tensor targets = targets_in.contiguous();
+  check_targets(targets, N, V);
   const int64_t* tg = targets.data<int64_t>();
-  for (int64_t r = 0; r < N; ++r)
-    TCN_CHECK(tg[r] >= 0 && tg[r] < V, "cross_entropy: target ", tg[r], " at position ", r, " is not a class in [0, ",
-              V, ")");
 
   Tensor lse = empty({N}, {DType::F64, Device::cpu()});
   Tensor loss = empty({}, logits.options());

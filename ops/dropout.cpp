@@ -14,6 +14,7 @@
 
 #include "core/philox.h"
 #include "ops/cpu_loops.h"
+#include "cuda/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -149,9 +150,23 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
   check_defined(op, x_in);
   check_float(op, x_in);
   TCN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
-  if (x_in.device().is_cuda()) no_cuda_kernel(op);
   const int64_t n = x_in.numel();
   const uint64_t seed = gen.seed(), start = gen.reserve(static_cast<uint64_t>(n));
+  if (x_in.device().is_cuda()) {
+    // On a GPU the mask is not stored: backward draws it again from (seed, start),
+    // or, after a ReLU, reads it from the output (y > 0 exactly where kept and x > 0).
+    Tensor x = x_in.detach().contiguous();
+    Tensor y = empty(x.shape(), x.options());
+    TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, start, kRelu));
+    if (autograd::needs_grad({x_in}))
+      autograd::record(op, {x_in}, {y}, [p, seed, start, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
+        Tensor gc = g[0].contiguous();
+        Tensor dx = empty(gc.shape(), gc.options());
+        TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, start, yk));
+        return TensorList{dx};
+      });
+    return y;
+  }
   Tensor y = empty(x_in.shape(), x_in.options());
   auto mask = std::make_shared<Mask>((n + 3) / 4 * 4);
   dispatch_float(y.dtype(), op, [&]<class T>() {

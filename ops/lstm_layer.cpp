@@ -13,6 +13,7 @@
 // lstm_cell (composed in a loop) is this op's test oracle.
 #include <cmath>
 
+#include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -86,6 +87,40 @@ void lstm_backward_cpu(const T* act, const T* whh, const T* c0, const T* cs, con
   }
 }
 
+#ifdef TCN_WITH_CUDA
+// The same two loops on a GPU: cuBLAS for the GEMMs, cuda/layers.cu for the cell.
+void element_ptrs(const Tensor& t, int64_t elem, const void*& p) {
+  p = static_cast<const char*>(t.raw_data()) + elem * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+void lstm_forward_cuda(const Tensor& act, const Tensor& whh, const Tensor& h0, const Tensor& c0, const Tensor& hs,
+                       const Tensor& cs) {
+  const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
+  const int dev = act.device().index;
+  for (int64_t t = 0; t < Tn; ++t) {
+    const void* h_prev;
+    element_ptrs(t == 0 ? h0 : hs, t == 0 ? 0 : (t - 1) * H, h_prev);
+    const void* a_t;
+    element_ptrs(act, t * G, a_t);
+    cuda::gemm(act.dtype(), dev, false, true, B, G, H, h_prev, t == 0 ? H : Tn * H, whh.raw_data(), H, 1.0,
+               const_cast<void*>(a_t), Tn * G);
+    cuda::lstm_cell_forward(act, c0, hs, cs, t);
+  }
+}
+
+void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& c0, const Tensor& cs, const Tensor& dout,
+                        const Tensor& dG, const Tensor& dh, const Tensor& dc) {
+  const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
+  const int dev = act.device().index;
+  for (int64_t t = Tn - 1; t >= 0; --t) {
+    cuda::lstm_cell_backward(dG, act, c0, cs, dout, dh, dc, t);
+    const void* dg_t;
+    element_ptrs(dG, t * G, dg_t);
+    cuda::gemm(act.dtype(), dev, false, false, B, H, G, dg_t, Tn * G, whh.raw_data(), H, 0.0, dh.raw_data(), H);
+  }
+}
+#endif
+
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor& w_hh, const Tensor& h0_in,
@@ -104,14 +139,17 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   TCN_CHECK(h0_in.shape() == Shape({B, H}) && c0_in.shape() == Shape({B, H}), op, ": h0 and c0 must be [", B, ", ", H,
             "], got ", h0_in.shape(), " and ", c0_in.shape());
   TCN_CHECK(Tn > 0, op, ": empty sequence");
-  if (xp_in.device().is_cuda()) no_cuda_kernel(op);
-
   Tensor act = clone(xp_in.detach());  // becomes the gate activations
   Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
   Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
-  dispatch_float(act.dtype(), op, [&]<class T>() {
-    lstm_forward_cpu<T>(act.data<T>(), whh.data<T>(), h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(), B, Tn, H);
-  });
+  if (act.device().is_cuda()) {
+    TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, h0, c0, hs, cs));
+  } else {
+    dispatch_float(act.dtype(), op, [&]<class T>() {
+      lstm_forward_cpu<T>(act.data<T>(), whh.data<T>(), h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(), B, Tn,
+                          H);
+    });
+  }
   Tensor hT = hs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
   Tensor cT = cs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
 
@@ -123,10 +161,14 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
                        Tensor dout = g[0].contiguous();
                        Tensor dh = clone(g[1]), dc = clone(g[2]);
                        Tensor dG = empty(act.shape(), act.options());
-                       dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
-                         lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(), c0.data<T>(), cs.data<T>(),
-                                              dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(), B, Tn, H);
-                       });
+                       if (act.device().is_cuda()) {
+                         TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, c0, cs, dout, dG, dh, dc));
+                       } else {
+                         dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
+                           lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(), c0.data<T>(), cs.data<T>(),
+                                                dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(), B, Tn, H);
+                         });
+                       }
                        Tensor dW;
                        if (need_w) {  // dW_hh = dG^T @ H_prev, H_prev = [h0, h_0 .. h_{T-2}] per batch
                          Tensor h_prev = cat({h0.unsqueeze(1), hs_saved.narrow(1, 0, Tn - 1)}, 1);

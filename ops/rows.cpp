@@ -1,6 +1,7 @@
 // Row gather and row scatter-add: the embedding primitive and its backward.
 // scatter_add_rows sums duplicate indices in index order (threads split the
 // columns, never the rows), so the result is deterministic.
+#include "cuda/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -8,8 +9,9 @@ namespace tcn {
 
 namespace {
 
-void check_indices(const char* op, const Tensor& idx, int64_t num_rows) {
-  TCN_CHECK(idx.dtype() == DType::I64, op, ": indices must be int64, got ", idx.dtype());
+void check_indices(const char* op, const Tensor& idx_any, int64_t num_rows) {
+  TCN_CHECK(idx_any.dtype() == DType::I64, op, ": indices must be int64, got ", idx_any.dtype());
+  Tensor idx = idx_any.to(Device::cpu());  // on a GPU: one copy to the host to check them
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0; i < idx.numel(); ++i)
     TCN_CHECK(p[i] >= 0 && p[i] < num_rows, op, ": index ", p[i], " at position ", i,
@@ -28,12 +30,13 @@ Tensor gather_rows(const Tensor& table, const Tensor& idx_in) {
   Shape out_shape = idx_in.shape();
   out_shape.push_back(D);
   Tensor out = empty(out_shape, table.options());
-  if (table.device().is_cuda()) no_cuda_kernel("gather_rows");
   Tensor idx = idx_in.contiguous();
   check_indices("gather_rows", idx, V);
   const int64_t n = idx.numel(), s0 = table.stride(0), s1 = table.stride(1);
-  const int64_t* ix = idx.data<int64_t>();
-  dispatch_float(table.dtype(), "gather_rows", [&]<class T>() {
+  if (table.device().is_cuda()) {
+    TCN_CUDA_OP("gather_rows", cuda::gather_rows(out, table.detach(), idx));
+  } else dispatch_float(table.dtype(), "gather_rows", [&]<class T>() {
+    const int64_t* ix = idx.data<int64_t>();
     const T* src = table.data<T>();
     T* dst = out.data<T>();
 #pragma omp parallel for schedule(static) if (n * D >= (1 << 15))
@@ -59,13 +62,14 @@ Tensor scatter_add_rows(const Tensor& src_in, const Tensor& idx_in, int64_t num_
   TCN_CHECK(num_rows >= 0, "scatter_add_rows: negative number of rows ", num_rows);
   const int64_t D = src_in.size(-1);
   Tensor out = zeros({num_rows, D}, src_in.options());
-  if (src_in.device().is_cuda()) no_cuda_kernel("scatter_add_rows");
   Tensor idx = idx_in.contiguous();
-  Tensor src = src_in.contiguous();
+  Tensor src = src_in.detach().contiguous();
   check_indices("scatter_add_rows", idx, num_rows);
   const int64_t n = idx.numel();
-  const int64_t* ix = idx.data<int64_t>();
-  dispatch_float(src.dtype(), "scatter_add_rows", [&]<class T>() {
+  if (src.device().is_cuda()) {
+    TCN_CUDA_OP("scatter_add_rows", cuda::scatter_add_rows(out, src, idx));
+  } else dispatch_float(src.dtype(), "scatter_add_rows", [&]<class T>() {
+    const int64_t* ix = idx.data<int64_t>();
     const T* s = src.data<T>();
     T* dst = out.data<T>();
 #pragma omp parallel for schedule(static) if (n * D >= (1 << 15) && D >= 16)

@@ -83,4 +83,45 @@ TEST_CASE("CUDA vs CPU: sums, GEMMs, copies and in-place updates" * doctest::ski
   CHECK(g.to_vector<float>() == std::vector<float>{3, 3, 3, 9, 9, 9, 9, 9, 9, 3, 3, 3});
 }
 
+TEST_CASE("CUDA vs CPU: layer primitives" * doctest::skip(kNoGpu)) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
+    Tensor x = rand_tensor({3, 17, 5}, 7, true, -1, 1, dt), w = rand_tensor({6, 5, 3}, 8, false, -1, 1, dt);
+    Tensor bias = rand_tensor({6}, 9, false, -1, 1, dt);
+    compare([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 2, 4); }, {x, w, bias}, rtol);
+    compare([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 1, 1); }, {x, w, bias}, rtol);
+    Tensor table = rand_tensor({7, 4}, 10, false, -1, 1, dt);
+    Tensor idx = from_vector<int64_t>({6, 0, 6, 2, 6, 1}, {2, 3});
+    compare([idx](const TensorList& v) { return gather_rows(v[0], idx.to(v[0].device())); }, {table}, rtol);
+    Tensor logits = rand_tensor({2, 5, 9}, 11, false, -3, 3, dt);
+    Tensor targets = from_vector<int64_t>({0, 8, 3, 3, 1, 2, 4, 5, 6, 7}, {2, 5});
+    compare([targets](const TensorList& v) { return cross_entropy(v[0], targets.to(v[0].device())); }, {logits}, rtol);
+    Tensor xp = rand_tensor({2, 6, 16}, 12, false, -1, 1, dt), whh = rand_tensor({16, 4}, 13, false, -1, 1, dt);
+    Tensor h0 = rand_tensor({2, 4}, 14, false, -1, 1, dt), c0 = rand_tensor({2, 4}, 15, false, -1, 1, dt);
+    compare(
+        [](const TensorList& v) {
+          auto [o, h, c] = lstm_layer(v[0], v[1], v[2], v[3]);
+          return add(o, mul(add(h, c).unsqueeze(1), 0.5));
+        },
+        {xp, whh, h0, c0}, rtol);
+  }
+}
+
+TEST_CASE("CUDA dropout draws the CPU's masks" * doctest::skip(kNoGpu)) {
+  Tensor x = rand_tensor({64, 33}, 16, false, -1, 1, DType::F32);
+  for (bool with_relu : {false, true}) {
+    Generator g1(21), g2(21);
+    Tensor cpu = with_relu ? relu_dropout(x, 0.3, g1) : dropout(x, 0.3, g1);
+    Tensor gpu = with_relu ? relu_dropout(x.to(Device::cuda(0)), 0.3, g2) : dropout(x.to(Device::cuda(0)), 0.3, g2);
+    CHECK(gpu.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
+    CHECK(g1.offset() == g2.offset());
+  }
+  compare(
+      [](const TensorList& v) {
+        Generator g(5);
+        return relu_dropout(dropout(v[0], 0.2, g), 0.4, g);
+      },
+      {x}, 1e-6);
+}
+
 }  // TEST_SUITE

@@ -48,30 +48,32 @@ Golden load_golden(const std::string& name) {
 }
 
 Tensor scored_loss(CharLM& model, const Golden& g, Tensor* logits_out = nullptr) {
-  const Tensor& tokens = g.file.at("tokens");
-  const Tensor& targets = g.file.at("targets");
+  const Device dev = model.parameters()[0].device();
+  const Tensor tokens = g.file.at("tokens").to(dev);
+  const Tensor targets = g.file.at("targets").to(dev);
   Tensor logits = model.forward(tokens);
   if (logits_out) *logits_out = logits;
   int64_t hist = g.seq_len - g.validseqlen;
   return cross_entropy(logits.narrow(1, hist, g.validseqlen), targets.narrow(1, hist, g.validseqlen));
 }
 
-void check_against_golden(const std::string& name) {
+void check_against_golden(const std::string& name, Device device = Device::cpu()) {
   Golden g = load_golden(name);
-  INFO("golden file ", name);
+  INFO("golden file ", name, " on ", device);
   auto model = make_char_lm(g.model, g.config, 1);
+  model->to(device);
   load_module(with_prefix(g.file, "param."), *model);
   model->eval();
 
   Tensor logits;
   Tensor loss = scored_loss(*model, g, &logits);
-  CHECK_CLOSE(logits, g.file.at("logits"), 1e-6, 1e-4);
-  CHECK_CLOSE(loss, g.file.at("loss"), 1e-6, 1e-4);
+  CHECK_CLOSE(logits.to(Device::cpu()), g.file.at("logits"), 1e-6, 1e-4);
+  CHECK_CLOSE(loss.to(Device::cpu()), g.file.at("loss"), 1e-6, 1e-4);
   loss.backward();
   for (const auto& [pname, p] : model->named_parameters()) {
     INFO("gradient of ", pname);
     REQUIRE(p.grad().defined());
-    CHECK_CLOSE(p.grad(), g.file.at("grad." + pname), 1e-6, 1e-4);
+    CHECK_CLOSE(p.grad().to(Device::cpu()), g.file.at("grad." + pname), 1e-6, 1e-4);
   }
 
   const double clip = g.training.at("clip");
@@ -98,7 +100,7 @@ void check_against_golden(const std::string& name) {
     CHECK_CLOSE(from_vector(norms, {steps}), g.file.at(oname + ".grad_norms"), 1e-6, 1e-4);
     for (const auto& [pname, p] : model->named_parameters()) {
       INFO("final value of ", pname);
-      CHECK_CLOSE(p, g.file.at(oname + ".final." + pname), 1e-6, 1e-4);
+      CHECK_CLOSE(p.detach().to(Device::cpu()), g.file.at(oname + ".final." + pname), 1e-6, 1e-4);
     }
   }
 }
@@ -112,6 +114,11 @@ TEST_CASE("TCN char-LM matches PyTorch: logits, loss, gradients, 5 steps of SGD,
 }
 
 TEST_CASE("LSTM char-LM (2 layers) matches PyTorch") { check_against_golden("lstm_small.safetensors"); }
+
+TEST_CASE("both models match PyTorch on CUDA too" * doctest::skip(!cuda::is_available())) {
+  check_against_golden("tcn_small.safetensors", Device::cuda(0));
+  check_against_golden("lstm_small.safetensors", Device::cuda(0));
+}
 
 TEST_CASE("parameter counts of the reference configurations") {
   TCNCharLM tcn(TCNConfig{}, 1);
