@@ -9,8 +9,9 @@
 //
 // STATUS (2026-12-02): compiled and linked in CI, never run on a GPU yet (no GPU
 // has been lent to this project's sessions). Their CPU-vs-CUDA tests in
-// tests/test_cuda_ops.cpp are skipped until then; cuda::kernels_available()
-// stays false so no trainer picks the GPU by itself.
+// tests/test_cuda_ops.cpp are skipped until then; cuda::verified_on_gpu()
+// stays false so no trainer picks the GPU by itself (an explicit --device cuda
+// runs them, with a warning).
 #pragma once
 
 #include <vector>

@@ -61,7 +61,7 @@ std::vector<std::unique_ptr<CachingAllocator>>& allocators() {
 }  // namespace
 
 bool built_with_cuda() { return true; }
-bool kernels_available() { return false; }  // the op kernels arrive with the CUDA backend
+bool verified_on_gpu() { return false; }  // no GPU has run tests/test_cuda_ops.cpp yet
 int device_count() { return probe().count; }
 std::string unavailable_reason() { return probe().reason; }
 

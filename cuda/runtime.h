@@ -19,9 +19,10 @@ bool built_with_cuda();
 // Number of usable CUDA devices (respects CUDA_VISIBLE_DEVICES); 0 when none.
 int device_count();
 inline bool is_available() { return device_count() > 0; }
-// Whether the layers' CUDA kernels exist in this build (false until the CUDA
-// backend lands): trainers use it to decide what --device auto means.
-bool kernels_available();
+// Whether this build's CUDA kernels have passed the CPU-vs-CUDA tests on a real
+// GPU (set by hand once tools/device_check.sh has run clean). Until then
+// `--device auto` stays on the CPU, and an explicit `--device cuda` warns.
+bool verified_on_gpu();
 // Why no device is usable ("" when one is).
 std::string unavailable_reason();
 

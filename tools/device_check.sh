@@ -6,8 +6,8 @@
 #
 #   run: tools/device_check.sh        (data/ptb must be carried along: carry ["data/ptb"])
 #
-# Status 2026-12-02: prepared but never run (no GPU lent yet); the layers' CUDA
-# kernels do not exist yet, so the training rows will report the CUDA error.
+# Status 2026-12-02: prepared but never run (no GPU lent yet). The CUDA kernels
+# are written but unverified: expect to fix them here first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device_check}
