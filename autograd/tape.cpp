@@ -124,6 +124,20 @@ void backward(const Tensor& root, const Tensor& grad) {
             "(or clear_tape()); run the forward pass again");
   accumulate(root_meta, seed);
 
+  // If a backward closure throws (out of memory, say), the tape is dropped with
+  // every gradient in flight, so nothing stale leaks into a later backward().
+  struct ClearOnError {
+    Tape& tp;
+    bool done = false;
+    ~ClearOnError() {
+      if (done) return;
+      for (Node& n : tp.nodes)
+        for (Slot& sl : n.outputs)
+          if (sl.meta) sl.meta->grad = Tensor();
+      clear_tape();
+    }
+  } guard{tp};
+
   for (int64_t i = root_meta.node; i >= 0; --i) {
     Node& node = tp.nodes[i];
     TensorList grad_out;
@@ -155,6 +169,7 @@ void backward(const Tensor& root, const Tensor& grad) {
       accumulate(*s.meta, std::move(grad_in[k]));
     }
   }
+  guard.done = true;
   clear_tape();
 }
 

@@ -6,8 +6,8 @@
 // captures only what backward needs (after flashlight's autograd/Functions.cpp):
 //
 //   Tensor y = relu_kernel(x);
-//   autograd::record("relu", {x}, {y}, [y](const TensorList& g) {
-//     return TensorList{relu_backward_kernel(g[0], y)};
+//   autograd::record("relu", {x}, {y}, [yd = y.detach()](const TensorList& g) {
+//     return TensorList{relu_backward_kernel(g[0], yd)};
 //   });
 //
 // backward(loss) seeds d loss / d loss = 1 and sweeps the tape once in reverse:

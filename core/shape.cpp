@@ -7,9 +7,9 @@
 namespace tcn {
 
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
-  int64_t r = std::max<int64_t>(rank, 1);
-  TCN_CHECK(dim >= -r && dim < r, op, ": dim ", dim, " is out of range for a tensor of rank ", rank);
-  return dim < 0 ? dim + r : dim;
+  TCN_CHECK(rank > 0, op, ": a 0-dim tensor has no dim ", dim);
+  TCN_CHECK(dim >= -rank && dim < rank, op, ": dim ", dim, " is out of range for a tensor of rank ", rank);
+  return dim < 0 ? dim + rank : dim;
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

@@ -68,9 +68,14 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& g) const {
   TCN_CHECK(requires_grad() && is_leaf(), "set_grad(): tensor is not a leaf that requires grad");
-  TCN_CHECK(!g.defined() || g.shape() == shape(), "set_grad(): gradient shape ", g.shape(),
-            " does not match tensor shape ", shape());
-  impl().autograd->grad = g;
+  if (!g.defined()) {
+    impl().autograd->grad = Tensor();
+    return;
+  }
+  TCN_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), "set_grad(): gradient ", g.dtype(),
+            " ", g.shape(), " on ", g.device(), " does not match the tensor, ", dtype(), " ", shape(), " on ", device());
+  autograd::NoGrad ng;
+  impl().autograd->grad = clone(g.detach());  // a leaf's gradient is contiguous storage it owns alone
 }
 
 void Tensor::zero_grad() const {

@@ -80,6 +80,22 @@ __global__ void ce_rows_kernel(double* lse, double* row_loss, const T* x, const 
   }
 }
 
+// The mean of the row losses in one block: a fixed assignment of rows to threads
+// and a fixed tree, so the result is deterministic. Written in the loss dtype.
+template <class T>
+__global__ void ce_mean_kernel(T* loss, const double* row_loss, int64_t N) {
+  __shared__ double sh[256];
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < N; r += blockDim.x) acc += row_loss[r];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = static_cast<T>(sh[0] / static_cast<double>(N));
+}
+
 template <class T>
 __global__ void ce_backward_kernel(T* dx, const T* x, const double* lse, const int64_t* tg, const T* dloss, int64_t N,
                                    int64_t V) {
@@ -194,15 +210,16 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
   const int64_t N = logits.size(0), V = logits.size(1);
   Tensor row_loss = empty({N}, {DType::F64, logits.device()});
   const int block = 256;
+  cudaStream_t s = stream(logits.device().index);
   float_types(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    ce_rows_kernel<T><<<static_cast<unsigned>(N), block, block * sizeof(double), stream(logits.device().index)>>>(
+    ce_rows_kernel<T><<<static_cast<unsigned>(N), block, block * sizeof(double), s>>>(
         static_cast<double*>(lse.raw_data()), static_cast<double*>(row_loss.raw_data()),
         static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), V);
+    ce_mean_kernel<T><<<1, 256, 0, s>>>(static_cast<T*>(loss.raw_data()),
+                                        static_cast<const double*>(row_loss.raw_data()), N);
   });
   CUDA_CHECK(cudaGetLastError());
-  // Mean over rows, in a fixed order, then in the logits' dtype.
-  copy_(loss, mul(sum(row_loss), 1.0 / static_cast<double>(N)).to(loss.dtype()));
 }
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,

@@ -1,7 +1,8 @@
-// Sums over any set of dims. One thread per output element walks its reduced
-// elements in a fixed order (deterministic), accumulating in double. Fine for
-// the bias gradients of this project ([B*T, C] -> [C] with C in the hundreds);
-// a tree reduction is the next step when a benchmark asks for it.
+// Sums over any set of dims, accumulating in double, deterministic (a fixed
+// assignment of elements to threads and a fixed tree). Short reductions: one
+// thread per output. Long ones (a full sum, a bias gradient over B*T rows): one
+// block per output, its threads striding over the reduced elements, then a
+// shared-memory tree.
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
 
@@ -36,6 +37,24 @@ __global__ void sum_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_out,
   }
 }
 
+constexpr int kBlock = 256;
+
+template <class T>
+__global__ void sum_block_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_red) {
+  __shared__ double sh[kBlock];
+  const int64_t o = blockIdx.x;
+  const T* base = in + offset_of(o, g.kept_rank, g.kept_sizes, g.kept_strides);
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < n_red; r += kBlock) acc += base[offset_of(r, g.red_rank, g.red_sizes, g.red_strides)];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[o] = static_cast<T>(sh[0]);
+}
+
 }  // namespace
 
 void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced) {
@@ -54,8 +73,18 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced) {
     }
   }
   if (n_out == 0) return;
-  const int block = 128;
   cudaStream_t s = stream(x.device().index);
+  if (n_red >= 1024 && n_out <= (int64_t{1} << 31) - 1) {
+    if (x.dtype() == DType::F32)
+      sum_block_kernel<float><<<static_cast<unsigned>(n_out), kBlock, 0, s>>>(
+          static_cast<float*>(out.raw_data()), static_cast<const float*>(x.raw_data()), g, n_red);
+    else
+      sum_block_kernel<double><<<static_cast<unsigned>(n_out), kBlock, 0, s>>>(
+          static_cast<double*>(out.raw_data()), static_cast<const double*>(x.raw_data()), g, n_red);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const int block = 128;
   if (x.dtype() == DType::F32)
     sum_kernel<float><<<grid_for(n_out, block), block, 0, s>>>(static_cast<float*>(out.raw_data()),
                                                                static_cast<const float*>(x.raw_data()), g, n_out, n_red);

@@ -32,7 +32,8 @@ Allocator* allocator(int index);
 // The caching allocator's statistics for device `index` (zeros when unused).
 MemoryStats memory_stats(int index);
 
-// Copies between host and device memory (synchronous on tcn's stream).
+// Copies between host and device memory: synchronous cudaMemcpy on the legacy
+// default stream, which orders them with tcn's streams (created blocking).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes);

@@ -70,7 +70,9 @@ class Conv1d : public Module {
 // `gen` (a Philox stream), so a seed fixes them.
 class Dropout : public Module {
  public:
-  Dropout(double p, Generator& gen) : p(p), gen_(&gen) {}
+  Dropout(double p, Generator& gen) : p(p), gen_(&gen) {
+    TCN_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability must be in [0, 1], got ", p);
+  }
   Tensor forward(const Tensor& x) const { return is_training() && p > 0 ? dropout(x, p, *gen_) : x; }
   // forward(relu(x)), with the two fused in training mode.
   Tensor forward_relu(const Tensor& x) const { return is_training() && p > 0 ? relu_dropout(x, p, *gen_) : relu(x); }

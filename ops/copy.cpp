@@ -19,6 +19,8 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
 void copy_(const Tensor& dst, const Tensor& src) {
   check_defined("copy_", dst, "destination");
   check_defined("copy_", src, "source");
+  TCN_CHECK(!(dst.requires_grad() && autograd::grad_enabled()), "copy_: in-place update of a tensor that requires grad (shape ",
+            dst.shape(), "); run it under autograd::NoGrad");
   check_same_dtype("copy_", dst, src);
   broadcast_shapes(dst.shape(), src.shape(), "copy_");  // throws on mismatch
   Tensor s = src.detach();

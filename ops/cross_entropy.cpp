@@ -2,6 +2,7 @@
 // logits [..., V] (any strides on the leading dims), targets int64 [...].
 // Forward keeps one log-sum-exp per row; backward is softmax - onehot, scaled.
 #include <cmath>
+#include <vector>
 
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
@@ -72,8 +73,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
   dispatch_float(x.dtype(), "cross_entropy", [&]<class T>() {
     const T* base = x.data<T>();
     double* l = lse.data<double>();
-    double total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static) if (N * V >= (1 << 15))
+    std::vector<double> row_loss(N);
+#pragma omp parallel for schedule(static) if (N * V >= (1 << 15))
     for (int64_t r = 0; r < N; ++r) {
       const T* row = base + row_offset(x, r);
       double m = row[0];
@@ -81,8 +82,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
       double s = 0;
       for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]) - m);
       l[r] = m + std::log(s);
-      total += l[r] - static_cast<double>(row[tg[r]]);
+      row_loss[r] = l[r] - static_cast<double>(row[tg[r]]);
     }
+    double total = 0;  // in row order, whatever the thread count
+    for (double v : row_loss) total += v;
     *loss.data<T>() = static_cast<T>(total / static_cast<double>(N));
   });
 

@@ -89,7 +89,7 @@ TensorList unbind(const Tensor& x, int64_t dim);
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t dilation, int64_t left_pad);
 // Mean over positions of -log softmax(logits)[target]; logits [..., V], targets int64 [...]. (ops/cross_entropy.cpp)
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
-// Inverted dropout with a Philox mask regenerated in backward; p = 0 returns x. (ops/dropout.cpp)
+// Inverted dropout with a Philox mask (stored on the CPU, regenerated in backward on a GPU); p = 0 returns x. (ops/dropout.cpp)
 Tensor dropout(const Tensor& x, double p, Generator& gen = default_generator());
 // dropout(relu(x)), fused: the same values, mask and gradients in one pass.
 Tensor relu_dropout(const Tensor& x, double p, Generator& gen = default_generator());

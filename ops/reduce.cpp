@@ -1,6 +1,8 @@
 // sum / mean / max over dims. The CPU kernel computes each output element in
 // its own loop over the reduced dims (parallel over outputs), accumulating in
-// double so float32 sums do not drift with the reduction length.
+// double so float32 sums do not drift with the reduction length; reductions of
+// leading dims add whole rows instead. Either way the summation order does not
+// depend on the number of threads.
 #include <algorithm>
 
 #include "cuda/kernels.h"
@@ -57,7 +59,9 @@ inline int64_t offset_of(int64_t i, const Shape& shape, const Strides& strides) 
 
 // Reducing the leading dims of a tensor whose kept dims are one contiguous
 // trailing block (a bias gradient: [B, T, C] -> [C]): add whole rows, which
-// vectorises, each thread into its own double accumulator.
+// vectorises. Rows are cut into chunks whose boundaries do not depend on the
+// thread count; each chunk's partial sums (double) are added in chunk order, so
+// the result is the same on 2 or 16 threads.
 template <class T>
 bool sum_leading_rows_cpu(const Tensor& x, const ReducePlan& p, T* out) {
   if (!x.is_contiguous() || p.kept_shape.empty()) return false;
@@ -65,20 +69,22 @@ bool sum_leading_rows_cpu(const Tensor& x, const ReducePlan& p, T* out) {
   for (int64_t d = 0; d < rank; ++d)  // kept dims must be exactly the last `kept` dims
     if ((d >= rank - kept) != (p.out_shape_kd[d] != 1 || x.size(d) == 1)) return false;
   const int64_t C = numel_of(p.kept_shape), R = x.numel() / std::max<int64_t>(C, 1);
+  const int64_t chunk = std::max<int64_t>(64, (R + 63) / 64), nchunks = (R + chunk - 1) / chunk;
   const T* in = x.data<T>();
-  std::vector<double> total(C, 0.0);
-#pragma omp parallel if (R * C >= (1 << 15))
-  {
-    std::vector<double> acc(C, 0.0);
-#pragma omp for schedule(static) nowait
-    for (int64_t r = 0; r < R; ++r) {
+  std::vector<double> partial(static_cast<size_t>(nchunks * C), 0.0);
+#pragma omp parallel for schedule(static) if (R * C >= (1 << 15))
+  for (int64_t k = 0; k < nchunks; ++k) {
+    double* acc = partial.data() + k * C;
+    for (int64_t r = k * chunk; r < std::min(R, (k + 1) * chunk); ++r) {
       const T* row = in + r * C;
       for (int64_t c = 0; c < C; ++c) acc[c] += row[c];
     }
-#pragma omp critical
-    for (int64_t c = 0; c < C; ++c) total[c] += acc[c];
   }
-  for (int64_t c = 0; c < C; ++c) out[c] = static_cast<T>(total[c]);
+  for (int64_t c = 0; c < C; ++c) {
+    double total = 0;
+    for (int64_t k = 0; k < nchunks; ++k) total += partial[k * C + c];
+    out[c] = static_cast<T>(total);
+  }
   return true;
 }
 

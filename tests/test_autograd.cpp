@@ -1,5 +1,6 @@
 // The tape: what is recorded, when it is freed, how gradients accumulate, and
 // a check that the gradient checker itself catches a wrong backward.
+#include "core/threads.h"
 #include "helpers.h"
 
 using namespace tcn;
@@ -81,6 +82,49 @@ TEST_CASE("the gradient checker catches a wrong backward") {
       },
       {x});
   CHECK(mismatch.find("input 0 element 0: analytic") != std::string::npos);
+}
+
+TEST_CASE("a backward that throws drops the tape: no stale gradient reaches the next backward") {
+  Tensor x = leaf(from_vector<double>({2}, {1}));
+  Tensor a = mul(x, 3.0);  // d/dx = 3, recorded before the failing op
+  Tensor b = [&] {
+    autograd::NoGrad ng;
+    return mul(a, 1.0);
+  }();
+  autograd::record("fails", {a}, {b}, [](const TensorList&) -> TensorList { TCN_FAIL("simulated out of memory"); });
+  CHECK_THROWS_WITH_AS(sum(b).backward(), doctest::Contains("simulated out of memory"), tcn::Error);
+  CHECK(autograd::tape_size() == 0);
+  x.zero_grad();
+  sum(mul(x, x)).backward();  // d/dx x^2 = 2x = 4
+  CHECK(x.grad().item() == 4.0);
+}
+
+TEST_CASE("set_grad stores a contiguous copy the leaf owns") {
+  Tensor w = leaf(zeros({2, 3}, {DType::F64}));
+  Tensor g = from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}).t();  // a transposed view
+  w.set_grad(g);
+  CHECK(w.grad().is_contiguous());
+  CHECK_FALSE(w.grad().shares_storage(g));
+  CHECK(w.grad().to_vector<double>() == g.to_vector<double>());
+  CHECK_THROWS_AS(w.set_grad(zeros({2, 3})), tcn::Error);  // float32 for a float64 leaf
+}
+
+TEST_CASE("reductions give the same bits on any number of threads") {
+  Tensor x = rand_tensor({4000, 37}, 9);
+  Tensor logits = rand_tensor({3000, 50}, 10, false, -3, 3);
+  std::vector<int64_t> t(3000);
+  for (int i = 0; i < 3000; ++i) t[i] = (i * 7) % 50;
+  Tensor targets = from_vector(t, {3000});
+  auto run = [&] {
+    return std::make_pair(sum(x, {0}).to_vector<double>(), cross_entropy(logits, targets).item());
+  };
+  set_num_threads(1);
+  auto one = run();
+  set_num_threads(7);
+  auto seven = run();
+  set_num_threads(2);
+  CHECK(one.first == seven.first);
+  CHECK(one.second == seven.second);
 }
 
 }  // TEST_SUITE

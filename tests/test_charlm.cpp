@@ -147,6 +147,40 @@ TEST_CASE("training lowers the loss, and a resumed run continues exactly") {
   CHECK(loss_of(a.back()) < loss_of(a.front()));
 }
 
+TEST_CASE("the latest checkpoint carries the best loss so far; a run ending on an epoch boundary evaluates once") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions o = small_options(d);
+  o.max_steps = static_cast<int64_t>(windows(6000 / 4, o.seq_len, o.validseqlen).size());  // exactly one epoch
+  o.save = d.file("m.safetensors");
+  o.metrics = d.file("m.csv");
+  REQUIRE(run_train(o) == 0);
+  std::ifstream f(o.metrics);
+  int valid_rows = 0;
+  double best = 1e9;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("valid,", 0) == 0) {
+      ++valid_rows;
+      std::stringstream ss(line);
+      std::string field;
+      for (int i = 0; i < 5; ++i) std::getline(ss, field, ',');
+      best = std::min(best, std::stod(field));
+    }
+  CHECK(valid_rows == 1);  // no empty extra epoch after the step limit
+  auto last = nn::load_safetensors(d.file("m.last.safetensors"));
+  auto state = nlohmann::json::parse(last.metadata.at("train_state"));
+  CHECK(state.at("best_vloss").get<double>() == doctest::Approx(best).epsilon(1e-6));
+}
+
+TEST_CASE("eval and Dropout validate their arguments") {
+  EvalOptions e;
+  e.checkpoint = "x";
+  e.validseqlen = 0;
+  CHECK_ERROR(run_eval(e), "--validseqlen 0 must be in [1, --seq_len = 400]");
+  Generator g(1);
+  CHECK_ERROR(nn::Dropout(-0.1, g), "Dropout: probability must be in [0, 1], got -0.1");
+}
+
 TEST_CASE("resume refuses a checkpoint whose config or vocabulary does not match") {
   TempDir d;
   write_corpus(d);

@@ -59,6 +59,11 @@ TEST_CASE("index, range and view errors") {
   CHECK_ERROR(pad(x, 0, -1, 0), "pad: negative padding");
   CHECK_ERROR(from_vector<float>({1, 2, 3}, {2, 2}), "from_vector: 3 values do not fill shape [2, 2]");
   CHECK_ERROR(add(Tensor(), x), "add: input is an undefined tensor");
+  Tensor s = scalar_tensor(2.0);
+  CHECK_ERROR(s.size(0), "size: a 0-dim tensor has no dim 0");
+  CHECK_ERROR(sum(s, {0}), "sum: a 0-dim tensor has no dim 0");
+  CHECK_ERROR(s.squeeze(0), "squeeze: a 0-dim tensor has no dim 0");
+  CHECK_ERROR(cat({s, s}, 0), "cat: a 0-dim tensor has no dim 0");
 }
 
 TEST_CASE("autograd misuse") {
@@ -66,6 +71,7 @@ TEST_CASE("autograd misuse") {
   CHECK_ERROR(add_(w, ones({2})), "add_: in-place update of a tensor that requires grad");
   CHECK_ERROR(mul_(w, 2.0), "mul_: in-place update");
   CHECK_ERROR(uniform_(w, 0, 1), "uniform_: in-place fill of a tensor that requires grad");
+  CHECK_ERROR(copy_(w, ones({2})), "copy_: in-place update of a tensor that requires grad");
   {
     autograd::NoGrad ng;  // allowed under NoGrad, as an optimizer does
     add_(w, ones({2}));

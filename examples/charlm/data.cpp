@@ -75,6 +75,8 @@ Tensor batchify(const std::vector<int64_t>& data, int64_t batch, int64_t min_len
 }
 
 std::vector<Window> windows(int64_t source_len, int64_t seq_len, int64_t validseqlen) {
+  TCN_CHECK(validseqlen > 0 && validseqlen <= seq_len, "windows: validseqlen ", validseqlen, " must be in [1, seq_len = ",
+            seq_len, "]");
   std::vector<Window> out;
   for (int64_t i = 0; i < source_len - 1; i += validseqlen) {
     if (i + seq_len - validseqlen >= source_len) continue;

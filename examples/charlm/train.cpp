@@ -313,18 +313,21 @@ int run_train(TrainOptions o) {
       st.vlosses.push_back(vloss);
       st.next_batch = 0;
     }
+    // Update the best loss before writing either file, so a resumed run compares
+    // against the same best as an uninterrupted one.
+    const bool improved = vloss < st.best_vloss;
+    if (improved) st.best_vloss = vloss;
     TrainState saved = st;
     if (full_epoch) saved.epoch = st.epoch + 1;
     if (!o.save.empty()) {
       save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
-      if (vloss < st.best_vloss) {
-        st.best_vloss = saved.best_vloss = vloss;
+      if (improved) {
         save_checkpoint(o.save, *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
         std::printf("saved best model (valid bpc %.3f) to %s\n", vloss / kLn2, o.save.c_str());
       }
       std::fflush(stdout);
     }
-    if (stop) break;
+    if (stop || (o.max_steps > 0 && st.step >= o.max_steps)) break;  // no empty extra epoch at the limit
   }
   std::printf("done: %lld steps in %.1f s; metrics in %s\n", static_cast<long long>(st.step), elapsed(),
               o.metrics.c_str());
@@ -332,6 +335,8 @@ int run_train(TrainOptions o) {
 }
 
 int run_eval(const EvalOptions& o) {
+  TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
+            " must be in [1, --seq_len = ", o.seq_len, "]");
   if (o.threads > 0) set_num_threads(o.threads);
   nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
   Vocab vocab = Vocab::from_chars(m.vocab);
