@@ -1,31 +1,13 @@
-// BLAS on the CPU: how a strided 2-D view is handed to cblas_?gemm without a
-// copy, and a typed gemm wrapper. Used by matmul and conv1d.
+// BLAS on the CPU: a typed cblas_?gemm wrapper (row-major), used by matmul,
+// conv1d and the LSTM layer. ops/gemm_layout.h says how views are passed.
 #pragma once
 
 #include <cblas.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <type_traits>
 
 namespace tcn::cpu {
-
-// A [rows, cols] matrix with element strides (s0, s1), as row-major BLAS sees it.
-struct BlasOperand {
-  CBLAS_TRANSPOSE trans;
-  int64_t ld;
-};
-
-// Row-major with unit column stride: NoTrans. Unit row stride (a transposed
-// view): Trans with the other leading dimension. Anything else: nullopt (copy first).
-inline std::optional<BlasOperand> as_blas(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
-  if ((cols == 1 || s1 == 1) && (rows == 1 || s0 >= cols))
-    return BlasOperand{CblasNoTrans, std::max<int64_t>(rows == 1 ? cols : s0, 1)};
-  if ((rows == 1 || s0 == 1) && (cols == 1 || s1 >= rows))
-    return BlasOperand{CblasTrans, std::max<int64_t>(cols == 1 ? rows : s1, 1)};
-  return std::nullopt;
-}
 
 // C = op(A) @ op(B) + beta * C, row-major, C [M, N] with leading dimension ldc.
 template <class T>

@@ -1,40 +1,31 @@
-// Matrix products on the CPU through OpenBLAS. A 2-D operand whose rows or
-// columns are unit-stride goes to BLAS as it is (a transposed view is just
-// CblasTrans with the other leading dimension), so mm(a, b.t()) copies nothing.
+// Matrix products through OpenBLAS (CPU) or cuBLAS (GPU). A 2-D operand whose
+// rows or columns are unit-stride goes to the GEMM as it is (a transposed view
+// is just a transposed operand with the other leading dimension; see
+// ops/gemm_layout.h), so mm(a, b.t()) copies nothing.
 #include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
+#include "ops/gemm_layout.h"
 #include "ops/ops.h"
 
 namespace tcn {
 
-using cpu::as_blas;
-using cpu::gemm;
-
 namespace {
 
 // out[b] = a[b] @ b[b] for every batch b; a is [B, M, K], b is [B, K, N], out [B, M, N] contiguous.
-void batched_gemm_cpu(const char* op, Tensor a, Tensor b, const Tensor& out) {
-  const int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  auto oa = as_blas(M, K, a.stride(1), a.stride(2));
-  if (!oa) {
-    a = a.contiguous();
-    oa = as_blas(M, K, a.stride(1), a.stride(2));
+void batched_gemm_cpu(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    fill_(out, 0.0);
+    return;
   }
-  auto ob = as_blas(K, N, b.stride(1), b.stride(2));
-  if (!ob) {
-    b = b.contiguous();
-    ob = as_blas(K, N, b.stride(1), b.stride(2));
-  }
-  dispatch_float(a.dtype(), op, [&]<class T>() {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {
-      fill_(out, 0.0);
-      return;
-    }
+  GemmOperands g = gemm_operands(a_in, b_in);
+  const auto ta = g.la.trans ? CblasTrans : CblasNoTrans, tb = g.lb.trans ? CblasTrans : CblasNoTrans;
+  dispatch_float(g.a.dtype(), op, [&]<class T>() {
     for (int64_t i = 0; i < B; ++i)
-      gemm<T>(oa->trans, ob->trans, M, N, K, a.data<T>() + i * a.stride(0), oa->ld,
-              b.data<T>() + i * b.stride(0), ob->ld, T(0), out.data<T>() + i * M * N, N);
+      cpu::gemm<T>(ta, tb, M, N, K, g.a.data<T>() + i * g.a.stride(0), g.la.ld, g.b.data<T>() + i * g.b.stride(0),
+                   g.lb.ld, T(0), out.data<T>() + i * M * N, N);
   });
 }
 
