@@ -132,7 +132,47 @@ struct Scale {
   __device__ T operator()(T x) const { return x * s; }
 };
 
+template <class D, class S>
+__global__ void convert_kernel(D* out, const S* in, Geometry<2> g, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[2];
+    element_offsets(g, i, off);
+    out[off[0]] = static_cast<D>(in[off[1]]);
+  }
+}
+
+template <class Fn>
+void all_types(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32: return fn(float{});
+    case DType::F64: return fn(double{});
+    case DType::I64: return fn(int64_t{});
+  }
+}
+
 }  // namespace
+
+void convert(const Tensor& dst, const Tensor& src) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  TCN_CHECK(dst.dim() <= kMaxDims, "CUDA convert: rank ", dst.dim(), " exceeds ", kMaxDims);
+  Geometry<2> g;
+  g.rank = static_cast<int>(dst.dim());
+  for (int d = 0; d < g.rank; ++d) {
+    g.sizes[d] = dst.size(d);
+    g.strides[0][d] = dst.stride(d);
+    g.strides[1][d] = src.stride(d);
+  }
+  all_types(dst.dtype(), [&](auto dtag) {
+    all_types(src.dtype(), [&](auto stag) {
+      using D = decltype(dtag);
+      using S = decltype(stag);
+      convert_kernel<D, S><<<grid_for(n, 256), 256, 0, stream(dst.device().index)>>>(
+          static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), g, n);
+    });
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void unary_forward(UnaryOp op, double p, const Tensor& y, const Tensor& x) {
   float_types(x, [&](auto t) {

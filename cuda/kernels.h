@@ -32,6 +32,10 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
 // dst = src (src broadcast to dst's shape; both on the same device; any dtype, equal).
 void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& x, double value);
+// dst = src converted to dst's dtype (same shape, same device, any strides).
+void convert(const Tensor& dst, const Tensor& src);
+// values, indices (contiguous, x's shape without `dim`) = max of x along dim (first index on ties).
+void max_along(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim);
 // x += alpha * y (y broadcast), in place.
 void add_inplace(const Tensor& x, const Tensor& y, double alpha);
 void mul_inplace(const Tensor& x, double s);

@@ -55,7 +55,46 @@ __global__ void sum_block_kernel(T* out, const T* in, ReduceGeometry g, int64_t 
   if (threadIdx.x == 0) out[o] = static_cast<T>(sh[0]);
 }
 
+// One thread per output: the first index of the largest value along the dim.
+template <class T>
+__global__ void max_kernel(T* values, int64_t* indices, const T* in, ReduceGeometry g, int64_t n_out, int64_t len,
+                           int64_t stride) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out; o += int64_t(gridDim.x) * blockDim.x) {
+    const T* base = in + offset_of(o, g.kept_rank, g.kept_sizes, g.kept_strides);
+    int64_t best = 0;
+    for (int64_t i = 1; i < len; ++i)
+      if (base[i * stride] > base[best * stride]) best = i;
+    values[o] = base[best * stride];
+    indices[o] = best;
+  }
+}
+
 }  // namespace
+
+void max_along(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim) {
+  ReduceGeometry g;
+  int64_t n_out = 1;
+  TCN_CHECK(x.dim() <= kMaxDims, "CUDA max: rank ", x.dim(), " exceeds ", kMaxDims);
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d == dim) continue;
+    g.kept_sizes[g.kept_rank] = x.size(d);
+    g.kept_strides[g.kept_rank++] = x.stride(d);
+    n_out *= x.size(d);
+  }
+  if (n_out == 0) return;
+  cudaStream_t s = stream(x.device().index);
+  if (x.dtype() == DType::F32)
+    max_kernel<float><<<grid_for(n_out, 128), 128, 0, s>>>(static_cast<float*>(values.raw_data()),
+                                                           static_cast<int64_t*>(indices.raw_data()),
+                                                           static_cast<const float*>(x.raw_data()), g, n_out,
+                                                           x.size(dim), x.stride(dim));
+  else
+    max_kernel<double><<<grid_for(n_out, 128), 128, 0, s>>>(static_cast<double*>(values.raw_data()),
+                                                            static_cast<int64_t*>(indices.raw_data()),
+                                                            static_cast<const double*>(x.raw_data()), g, n_out,
+                                                            x.size(dim), x.stride(dim));
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced) {
   ReduceGeometry g;

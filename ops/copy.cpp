@@ -76,8 +76,8 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   check_defined("to", x);
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), {dtype, x.device()});
-  if (x.device().is_cuda()) no_cuda_kernel("to_dtype");
-  dispatch_all(dtype, [&]<class D>() {
+  if (x.device().is_cuda()) TCN_CUDA_OP("to_dtype", cuda::convert(out, x.detach()));
+  else dispatch_all(dtype, [&]<class D>() {
     D* o = out.data<D>();
     dispatch_all(x.dtype(), [&]<class S>() {
       const S* in = x.data<S>();

@@ -146,9 +146,9 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
   ReducePlan p = plan_reduce(x, {dim}, keepdim, "max");
   Tensor values = empty(p.out_shape, x.options());
   Tensor indices = empty(p.out_shape, {DType::I64, x.device()});
-  if (x.device().is_cuda()) no_cuda_kernel("max");
   const int64_t n = x.size(dim), st = x.stride(dim);
-  dispatch_float(x.dtype(), "max", [&]<class T>() {
+  if (x.device().is_cuda()) TCN_CUDA_OP("max", cuda::max_along(values, indices, x.detach(), dim));
+  else dispatch_float(x.dtype(), "max", [&]<class T>() {
     const T* in = x.data<T>();
     T* v = values.data<T>();
     int64_t* ix = indices.data<int64_t>();
@@ -165,13 +165,16 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
   });
   if (autograd::needs_grad({x}))
     autograd::record("max", {x}, {values}, [indices, p, dim, xs = x.shape()](const TensorList& g) {
-      // Route each output gradient to the position of its maximum.
-      Tensor gx = zeros(xs, g[0].options());
-      Tensor gc = g[0].contiguous();
+      // Route each output gradient to the position of its maximum (on the host:
+      // max is not on any training path, so its GPU backward is a round trip).
+      const Device dev = g[0].device();
+      Tensor gx = zeros(xs, g[0].options().with(Device::cpu()));
+      Tensor gc = g[0].to(Device::cpu()).contiguous();
+      Tensor ix_host = indices.to(Device::cpu());
       dispatch_float(gx.dtype(), "max backward", [&]<class T>() {
         T* out = gx.data<T>();
         const T* gi = gc.data<T>();
-        const int64_t* ix = indices.data<int64_t>();
+        const int64_t* ix = ix_host.data<int64_t>();
         const int64_t st = gx.stride(dim);
         Strides kept_st;
         for (int64_t d = 0; d < gx.dim(); ++d)
@@ -179,7 +182,7 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
         for (int64_t o = 0; o < numel_of(p.kept_shape); ++o)
           out[offset_of(o, p.kept_shape, kept_st) + ix[o] * st] += gi[o];
       });
-      return TensorList{gx};
+      return TensorList{gx.to(dev)};
     });
   return {values, indices};
 }

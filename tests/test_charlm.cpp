@@ -55,6 +55,7 @@ TrainOptions small_options(const TempDir& d) {
   o.device = "cpu";
   o.data = d.str();
   o.eval_batch_size = 2;
+  o.quiet = true;
   return o;
 }
 

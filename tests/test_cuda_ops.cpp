@@ -75,6 +75,8 @@ TEST_CASE("CUDA vs CPU: sums, GEMMs, copies and in-place updates" * doctest::ski
     compare([](const TensorList& v) { return matmul(v[0], v[1]); }, {x, rand_tensor({8, 4}, 6, false, -1, 1, dt)}, rtol);
     compare([](const TensorList& v) { return v[0].transpose(0, 2).contiguous(); }, {x}, rtol);
     compare([](const TensorList& v) { return pad(v[0], 1, 2, 1); }, {x}, rtol);
+    compare([](const TensorList& v) { return max(v[0], 1).first; }, {x}, rtol);
+    compare([](const TensorList& v) { return v[0].to(DType::F32).to(DType::F64); }, {rand_tensor({3, 4}, 17)}, 1e-6);
   }
   Tensor g = zeros({4, 3}, {DType::F32, Device::cuda(0)});
   fill_(g.narrow(0, 1, 2), 2.0);

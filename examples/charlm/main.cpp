@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   train->add_option("--metrics", t.metrics, "metrics CSV (default runs/<model>.csv)");
   train->add_option("--eval_batch_size", t.eval_batch_size, "streams when evaluating")->capture_default_str();
   train->add_option("--eval_batches", t.eval_batches, "evaluate on at most this many windows (0: all)")->capture_default_str();
+  train->add_flag("--quiet", t.quiet, "no log lines on stdout (metrics still go to the CSV)");
   train->add_option("--eval_interval", t.eval_interval, "also report valid bpc every N steps (0: epoch ends only)")->capture_default_str();
   train->add_option("--save_every", t.save_every, "also write the latest state every N steps (0: epoch ends only)")->capture_default_str();
 

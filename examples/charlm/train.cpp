@@ -142,6 +142,12 @@ bool stderr_is_tty() { return ::isatty(2) == 1; }
 }  // namespace
 
 int run_train(TrainOptions o) {
+  // Console output of this run (nothing with --quiet); errors still throw.
+  auto say = [&o](const char* fmt, auto... args) {
+    if (o.quiet) return;
+    std::printf(fmt, args...);
+    std::fflush(stdout);
+  };
   if (o.nhid < 0) o.nhid = o.model == "lstm" ? 700 : 450;
   TCN_CHECK(o.model == "tcn" || o.model == "lstm", "--model ", o.model, ": expected tcn or lstm");
   TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
@@ -207,15 +213,15 @@ int run_train(TrainOptions o) {
 
   const std::vector<Window> wins = windows(train.size(1), o.seq_len, o.validseqlen);
   const int64_t hist = o.seq_len - o.validseqlen;
-  std::printf("charlm train | model %s | %lld parameters | vocab %lld | device %s | threads %d\n", o.model.c_str(),
+  say("charlm train | model %s | %lld parameters | vocab %lld | device %s | threads %d\n", o.model.c_str(),
               static_cast<long long>(model->num_parameters()), static_cast<long long>(corpus.vocab.size()),
               device.str().c_str(), num_threads());
-  std::printf("data %s: train %zu chars -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)\n",
+  say("data %s: train %zu chars -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)\n",
               o.data.c_str(), corpus.train.size(), static_cast<long long>(o.batch_size),
               static_cast<long long>(train.size(1)), wins.size(), static_cast<long long>(o.seq_len),
               static_cast<long long>(o.validseqlen));
   if (!o.resume.empty())
-    std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(),
+    say("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(),
                 static_cast<long long>(st.epoch), static_cast<long long>(st.next_batch),
                 static_cast<long long>(st.step));
   std::fflush(stdout);
@@ -224,13 +230,13 @@ int run_train(TrainOptions o) {
   MetricsLog log(o.metrics, !o.resume.empty());
   const auto t_start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
-  const bool tty = stderr_is_tty();
+  const bool tty = !o.quiet && stderr_is_tty();
   bool stop = false;
 
   auto end_of_run_eval = [&](int64_t epoch, bool full_epoch) {
     double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
     double tloss = evaluate(*model, test, o.seq_len, o.validseqlen, o.eval_batches);
-    std::printf("| end of epoch %3lld | step %lld | valid loss %.3f | valid bpc %.3f | test bpc %.3f | %.1f s%s\n",
+    say("| end of epoch %3lld | step %lld | valid loss %.3f | valid bpc %.3f | test bpc %.3f | %.1f s%s\n",
                 static_cast<long long>(epoch), static_cast<long long>(st.step), vloss, vloss / kLn2, tloss / kLn2,
                 elapsed(), full_epoch ? "" : " (partial epoch)");
     std::fflush(stdout);
@@ -277,7 +283,7 @@ int run_train(TrainOptions o) {
         double cps = static_cast<double>(interval_chars) / secs;
         double avg = interval_loss / static_cast<double>(interval_steps);
         if (tty) std::fprintf(stderr, "\r%80s\r", "");
-        std::printf("| epoch %3lld | %5lld/%5zu batches | lr %.5f | ms/batch %8.1f | chars/s %7.0f | loss %.3f | bpc %.3f\n",
+        say("| epoch %3lld | %5lld/%5zu batches | lr %.5f | ms/batch %8.1f | chars/s %7.0f | loss %.3f | bpc %.3f\n",
                     static_cast<long long>(st.epoch), static_cast<long long>(bi + 1), wins.size(), st.lr, ms, cps,
                     avg, avg / kLn2);
         std::fflush(stdout);
@@ -290,7 +296,7 @@ int run_train(TrainOptions o) {
         const auto t_eval = Clock::now();
         double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
         model->train();
-        std::printf("| step %lld | valid loss %.3f | valid bpc %.3f\n", static_cast<long long>(st.step), vloss,
+        say("| step %lld | valid loss %.3f | valid bpc %.3f\n", static_cast<long long>(st.step), vloss,
                     vloss / kLn2);
         std::fflush(stdout);
         log.row("valid", st.epoch, st.step, st.lr, vloss, 0, 0, elapsed());
@@ -308,7 +314,7 @@ int run_train(TrainOptions o) {
           vloss > *std::max_element(st.vlosses.end() - 3, st.vlosses.end())) {
         st.lr /= 10;
         opt->lr = st.lr;
-        std::printf("learning rate -> %.6f\n", st.lr);
+        say("learning rate -> %.6f\n", st.lr);
       }
       st.vlosses.push_back(vloss);
       st.next_batch = 0;
@@ -323,13 +329,13 @@ int run_train(TrainOptions o) {
       save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
       if (improved) {
         save_checkpoint(o.save, *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
-        std::printf("saved best model (valid bpc %.3f) to %s\n", vloss / kLn2, o.save.c_str());
+        say("saved best model (valid bpc %.3f) to %s\n", vloss / kLn2, o.save.c_str());
       }
       std::fflush(stdout);
     }
     if (stop || (o.max_steps > 0 && st.step >= o.max_steps)) break;  // no empty extra epoch at the limit
   }
-  std::printf("done: %lld steps in %.1f s; metrics in %s\n", static_cast<long long>(st.step), elapsed(),
+  say("done: %lld steps in %.1f s; metrics in %s\n", static_cast<long long>(st.step), elapsed(),
               o.metrics.c_str());
   return 0;
 }

@@ -25,6 +25,7 @@ struct TrainOptions {
   int64_t eval_batch_size = 1, eval_batches = 0;  // 0: the whole split
   int64_t save_every = 0;                          // also checkpoint every N steps (0: only at epoch ends)
   int64_t eval_interval = 0;                       // also evaluate on valid every N steps (0: epoch ends only)
+  bool quiet = false;                              // no progress or log lines on stdout (tests); the CSV is still written
 };
 
 int run_train(TrainOptions opts);
