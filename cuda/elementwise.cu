@@ -94,6 +94,7 @@ void with_unary(UnaryOp op, double p, Fn&& fn) {
     case UnaryOp::Pow: return fn(fn::Pow{p});
     case UnaryOp::AddScalar: return fn(fn::AddScalar{p});
     case UnaryOp::MulScalar: return fn(fn::MulScalar{p});
+    case UnaryOp::Minimum: return fn(fn::Minimum{p});
   }
 }
 
@@ -224,6 +225,8 @@ void add_inplace(const Tensor& x, const Tensor& y, double alpha) {
     launch_map<T>(x, Axpy<T>{static_cast<T>(alpha)}, x, y);
   });
 }
+
+void mul_inplace(const Tensor& x, const Tensor& s) { binary(BinaryOp::Mul, x, x, s); }
 
 void mul_inplace(const Tensor& x, double s) {
   float_types(x, [&](auto t) {

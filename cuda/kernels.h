@@ -20,7 +20,7 @@
 
 namespace tcn::cuda {
 
-enum class UnaryOp { Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow, AddScalar, MulScalar };
+enum class UnaryOp { Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow, AddScalar, MulScalar, Minimum };
 enum class BinaryOp { Add, Sub, Mul, Div };
 
 // y = op(x), y contiguous with x's shape. `param` is the exponent or the scalar.
@@ -39,6 +39,8 @@ void max_along(const Tensor& values, const Tensor& indices, const Tensor& x, int
 // x += alpha * y (y broadcast), in place.
 void add_inplace(const Tensor& x, const Tensor& y, double alpha);
 void mul_inplace(const Tensor& x, double s);
+// x *= s for a tensor s broadcast to x (a device scalar: no host read).
+void mul_inplace(const Tensor& x, const Tensor& s);
 // out (contiguous, keepdim shape of x with 1s at `reduced`) = sum of x over the reduced dims.
 void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced);
 // out[b] = a[b] @ b[b] for [B, M, K] x [B, K, N] -> contiguous [B, M, N]; strided

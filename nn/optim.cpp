@@ -153,20 +153,21 @@ NamedTensors Adam::state() const {
 }
 
 // ---- clipping -----------------------------------------------------------------------------
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   TCN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   autograd::NoGrad ng;
-  double sq = 0;
+  Tensor sq;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    sq += sum(mul(g, g)).item();
+    Tensor s = sum(mul(g, g));
+    sq = sq.defined() ? add(sq, s) : s;
   }
-  const double norm = std::sqrt(sq);
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1)
-    for (const Tensor& p : params)
-      if (p.grad().defined()) mul_(p.grad(), coef);
+  if (!sq.defined()) return scalar_tensor(0.0);
+  Tensor norm = sqrt(sq);
+  Tensor coef = minimum(mul(pow(add(norm, 1e-6), -1.0), max_norm), 1.0);  // stays on the device
+  for (const Tensor& p : params)
+    if (p.grad().defined()) mul_(p.grad(), coef);
   return norm;
 }
 

@@ -55,7 +55,13 @@ class Adam : public Optimizer {
 };
 
 // Scales all gradients so their global L2 norm is at most max_norm (factor
-// max_norm / (norm + 1e-6), as PyTorch) and returns the norm before clipping.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// min(1, max_norm / (norm + 1e-6)), as PyTorch) and returns the norm before
+// clipping as a one-element tensor on the gradients' device: nothing is read
+// back to the host, so on a GPU the step does not synchronise.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+// The same, returning the norm as a number (reads it back).
+inline double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  return clip_grad_norm_(params, max_norm).item();
+}
 
 }  // namespace tcn::nn

@@ -74,6 +74,14 @@ struct MulScalar {
   template <class T> TCN_HD T bwd(T g, T, T) const { return g * T(s); }
 };
 
+struct Minimum {
+  static constexpr const char* name = "minimum";
+  static constexpr bool kUsesX = true, kUsesY = false;
+  double s;
+  template <class T> TCN_HD T fwd(T x) const { return x < T(s) ? x : T(s); }
+  template <class T> TCN_HD T bwd(T g, T x, T) const { return x < T(s) ? g : T(0); }
+};
+
 // Binary ops: fwd(a, b). Their backward is composed from ops (see ops/binary.cpp).
 struct Add { template <class T> TCN_HD T operator()(T a, T b) const { return a + b; } };
 struct Sub { template <class T> TCN_HD T operator()(T a, T b) const { return a - b; } };

@@ -62,4 +62,19 @@ void mul_(const Tensor& x, double s) {
   });
 }
 
+void mul_(const Tensor& x, const Tensor& s) {
+  check_inplace("mul_", x);
+  check_defined("mul_", s);
+  check_same_dtype("mul_", x, s);
+  check_same_device("mul_", x, s);
+  check_float("mul_", x);
+  TCN_CHECK(broadcast_shapes(x.shape(), s.shape(), "mul_") == x.shape(), "mul_: ", s.shape(),
+            " cannot multiply ", x.shape(), " in place");
+  if (x.device().is_cuda()) {
+    TCN_CUDA_OP("mul_", cuda::mul_inplace(x, s));
+    return;
+  }
+  dispatch_float(x.dtype(), "mul_", [&]<class T>() { cpu::cpu_map<T>(x, [](T xi, T si) { return xi * si; }, x, s); });
+}
+
 }  // namespace tcn

@@ -32,6 +32,7 @@ Tensor sqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double p);
 Tensor add(const Tensor& x, double s);
 Tensor mul(const Tensor& x, double s);
+Tensor minimum(const Tensor& x, double s);  // elementwise min(x, s)
 inline Tensor sub(const Tensor& x, double s) { return add(x, -s); }
 inline Tensor div(const Tensor& x, double s) { return mul(x, 1.0 / s); }
 
@@ -124,6 +125,8 @@ inline void zero_(const Tensor& x) { fill_(x, 0.0); }
 // x += alpha * y (y broadcast to x's shape).
 void add_(const Tensor& x, const Tensor& y, double alpha = 1.0);
 void mul_(const Tensor& x, double s);
+// x *= s, s a tensor broadcast to x (e.g. a scalar that stays on the device).
+void mul_(const Tensor& x, const Tensor& s);
 
 // ---- random (ops/random.cpp): Philox streams, see core/philox.h -------------
 void uniform_(const Tensor& x, double lo, double hi, Generator& gen = default_generator());

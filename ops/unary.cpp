@@ -21,6 +21,7 @@ constexpr cuda::UnaryOp cuda_op(fn::Sqrt) { return cuda::UnaryOp::Sqrt; }
 constexpr cuda::UnaryOp cuda_op(fn::Pow) { return cuda::UnaryOp::Pow; }
 constexpr cuda::UnaryOp cuda_op(fn::AddScalar) { return cuda::UnaryOp::AddScalar; }
 constexpr cuda::UnaryOp cuda_op(fn::MulScalar) { return cuda::UnaryOp::MulScalar; }
+constexpr cuda::UnaryOp cuda_op(fn::Minimum) { return cuda::UnaryOp::Minimum; }
 template <class Op>
 double cuda_param(const Op& op) {
   if constexpr (requires { op.p; }) return op.p;
@@ -78,5 +79,6 @@ Tensor sqrt(const Tensor& x) { return unary(x, fn::Sqrt{}); }
 Tensor pow(const Tensor& x, double p) { return unary(x, fn::Pow{p}); }
 Tensor add(const Tensor& x, double s) { return unary(x, fn::AddScalar{s}); }
 Tensor mul(const Tensor& x, double s) { return unary(x, fn::MulScalar{s}); }
+Tensor minimum(const Tensor& x, double s) { return unary(x, fn::Minimum{s}); }
 
 }  // namespace tcn

@@ -60,6 +60,7 @@ TEST_CASE("CUDA vs CPU: elementwise with broadcasting, float32 and float64" * do
     compare([](const TensorList& v) { return sqrt(v[0]); }, {b}, rtol);
     compare([](const TensorList& v) { return pow(v[0], 2.5); }, {b}, rtol);
     compare([](const TensorList& v) { return 3.0 - v[0] * 0.5; }, {a}, rtol);
+    compare([](const TensorList& v) { return minimum(v[0], 0.25); }, {a}, rtol);
   }
 }
 

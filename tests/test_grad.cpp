@@ -43,6 +43,7 @@ TEST_CASE("unary ops") {
   check_gradients([](const TensorList& v) { return mul(v[0], -1.75); }, {x});
   check_gradients([](const TensorList& v) { return 3.0 - v[0] / 2.0; }, {x});
   check_gradients([](const TensorList& v) { return 2.0 / v[0]; }, {pos});
+  check_gradients([](const TensorList& v) { return minimum(v[0], 0.3); }, {x});
 }
 
 TEST_CASE("relu away from the kink") {

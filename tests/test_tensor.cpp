@@ -87,6 +87,15 @@ TEST_CASE("elementwise forward values, broadcasting and scalars") {
   CHECK(div(b, from_vector<float>({2}, {1})).to_vector<float>() == std::vector<float>{5, 10, 15});
 }
 
+TEST_CASE("in-place multiply by a broadcast tensor") {
+  Tensor x = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  mul_(x, scalar_tensor(0.5));
+  CHECK(x.to_vector<float>() == std::vector<float>{0.5f, 1, 1.5f, 2});
+  mul_(x, from_vector<float>({2, 4}, {2}));
+  CHECK(x.to_vector<float>() == std::vector<float>{1, 4, 3, 8});
+  CHECK_THROWS_WITH_AS(mul_(x, zeros({3})), doctest::Contains("mul_: shapes [2, 2] and [3]"), tcn::Error);
+}
+
 TEST_CASE("reductions") {
   Tensor x = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
   CHECK(sum(x).item() == 21);

@@ -47,7 +47,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o) {
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
     loss.backward();
-    nn::clip_grad_norm(model->parameters(), 0.15);
+    nn::clip_grad_norm_(model->parameters(), 0.15);
     opt.step();
     (void)loss.item();
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

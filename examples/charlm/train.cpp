@@ -263,7 +263,7 @@ int run_train(TrainOptions o) {
       Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
       Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
       loss.backward();
-      if (o.clip > 0) nn::clip_grad_norm(model->parameters(), o.clip);
+      if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
       const double l = loss.item();
       TCN_CHECK(std::isfinite(l), "step ", st.step + 1, " (epoch ", st.epoch, ", batch ", bi + 1, "): loss is ", l,
                 "; stopping before the update. ",
