@@ -5,6 +5,7 @@
 
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
+#include "ops/cpu_loops.h"
 #include "ops/functors.h"
 
 namespace tcn::cuda {
@@ -44,14 +45,6 @@ __global__ void map_kernel(T* out, std::array<const T*, K> in, Geometry<K + 1> g
   }
 }
 
-Strides broadcast(const Tensor& t, const Shape& out) {
-  Strides r(out.size(), 0);
-  size_t lead = out.size() - t.shape().size();
-  for (size_t i = 0; i < t.shape().size(); ++i)
-    r[lead + i] = (t.shape()[i] == 1 && out[lead + i] != 1) ? 0 : t.strides()[i];
-  return r;
-}
-
 template <class T, class F, class... In>
 void launch_map(const Tensor& out, F f, const In&... in) {
   constexpr int K = sizeof...(In);
@@ -59,7 +52,7 @@ void launch_map(const Tensor& out, F f, const In&... in) {
   TCN_CHECK(static_cast<int>(shape.size()) <= kMaxDims, "CUDA elementwise: rank ", shape.size(), " exceeds ", kMaxDims);
   Geometry<K + 1> g;
   g.rank = static_cast<int>(shape.size());
-  std::array<Strides, K + 1> st{out.strides(), broadcast(in, shape)...};
+  std::array<Strides, K + 1> st{out.strides(), cpu::broadcast_strides(in.shape(), in.strides(), shape)...};
   for (int d = 0; d < g.rank; ++d) {
     g.sizes[d] = shape[d];
     for (int k = 0; k <= K; ++k) g.strides[k][d] = st[k][d];
@@ -71,13 +64,6 @@ void launch_map(const Tensor& out, F f, const In&... in) {
   map_kernel<T, K><<<grid_for(n, block), block, 0, stream(out.device().index)>>>(static_cast<T*>(out.raw_data()),
                                                                                   ptrs, g, n, f);
   CUDA_CHECK(cudaGetLastError());
-}
-
-template <class Fn>
-void float_types(const Tensor& t, Fn&& fn) {
-  if (t.dtype() == DType::F32) fn(float{});
-  else if (t.dtype() == DType::F64) fn(double{});
-  else TCN_FAIL("CUDA kernel: expected float32 or float64, got ", dtype_name(t.dtype()));
 }
 
 // The unary functor for an op, handed to fn.
@@ -176,8 +162,7 @@ void convert(const Tensor& dst, const Tensor& src) {
 }
 
 void unary_forward(UnaryOp op, double p, const Tensor& y, const Tensor& x) {
-  float_types(x, [&](auto t) {
-    using T = decltype(t);
+  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     with_unary(op, p, [&](auto f) { launch_map<T>(y, UnaryFwd<decltype(f), T>{f}, x); });
   });
 }
@@ -185,15 +170,13 @@ void unary_forward(UnaryOp op, double p, const Tensor& y, const Tensor& x) {
 void unary_backward(UnaryOp op, double p, const Tensor& gx, const Tensor& g, const Tensor& x, const Tensor& y) {
   const Tensor& xs = x.defined() ? x : g;  // not read by ops that do not need them
   const Tensor& ys = y.defined() ? y : g;
-  float_types(g, [&](auto t) {
-    using T = decltype(t);
+  dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
     with_unary(op, p, [&](auto f) { launch_map<T>(gx, UnaryBwd<decltype(f), T>{f}, g, xs, ys); });
   });
 }
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  float_types(a, [&](auto t) {
-    using T = decltype(t);
+  dispatch_float(a.dtype(), "CUDA kernel", [&]<class T>() {
     switch (op) {
       case BinaryOp::Add: return launch_map<T>(out, BinaryFn<fn::Add, T>{}, a, b);
       case BinaryOp::Sub: return launch_map<T>(out, BinaryFn<fn::Sub, T>{}, a, b);
@@ -220,8 +203,7 @@ void fill(const Tensor& x, double value) {
 }
 
 void add_inplace(const Tensor& x, const Tensor& y, double alpha) {
-  float_types(x, [&](auto t) {
-    using T = decltype(t);
+  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     launch_map<T>(x, Axpy<T>{static_cast<T>(alpha)}, x, y);
   });
 }
@@ -229,8 +211,7 @@ void add_inplace(const Tensor& x, const Tensor& y, double alpha) {
 void mul_inplace(const Tensor& x, const Tensor& s) { binary(BinaryOp::Mul, x, x, s); }
 
 void mul_inplace(const Tensor& x, double s) {
-  float_types(x, [&](auto t) {
-    using T = decltype(t);
+  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     launch_map<T>(x, Scale<T>{static_cast<T>(s)}, x);
   });
 }

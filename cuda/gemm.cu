@@ -10,11 +10,6 @@ namespace tcn::cuda {
 
 void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    fill(out, 0.0);
-    return;
-  }
   GemmOperands g = gemm_operands(a_in, b_in);
   const Tensor &a = g.a, &b = g.b;
   const cublasOperation_t opa = g.la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;

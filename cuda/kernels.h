@@ -43,7 +43,8 @@ void mul_inplace(const Tensor& x, double s);
 void mul_inplace(const Tensor& x, const Tensor& s);
 // out (contiguous, keepdim shape of x with 1s at `reduced`) = sum of x over the reduced dims.
 void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced);
-// out[b] = a[b] @ b[b] for [B, M, K] x [B, K, N] -> contiguous [B, M, N]; strided
+// out[b] = a[b] @ b[b] for [B, M, K] x [B, K, N] -> contiguous [B, M, N], non-empty
+// with K > 0 (ops/matmul.cpp handles empty products); strided
 // operands whose rows or columns are unit-stride go to cuBLAS as they are.
 void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b);
 // Row-major C = op(A) @ op(B) + beta * C on device pointers of `dtype`, exactly

@@ -20,13 +20,6 @@ __device__ __forceinline__ T sigm(T x) {
   return T(1) / (T(1) + ::exp(-x));
 }
 
-template <class Fn>
-void float_types(DType t, Fn&& fn) {
-  if (t == DType::F32) fn(float{});
-  else if (t == DType::F64) fn(double{});
-  else TCN_FAIL("CUDA kernel: expected float32 or float64, got ", dtype_name(t));
-}
-
 // ---- rows -------------------------------------------------------------------------
 template <class T>
 __global__ void gather_kernel(T* out, const T* table, const int64_t* idx, int64_t n, int64_t D, int64_t s0, int64_t s1) {
@@ -177,8 +170,7 @@ uint32_t dropout_threshold(double p) { return static_cast<uint32_t>(std::ceil(p 
 void gather_rows(const Tensor& out, const Tensor& table, const Tensor& idx) {
   const int64_t n = idx.numel(), D = table.size(1);
   if (n * D == 0) return;
-  float_types(table.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(table.dtype(), "CUDA kernel", [&]<class T>() {
     gather_kernel<T><<<grid_for(n * D, 256), 256, 0, stream(out.device().index)>>>(
         static_cast<T*>(out.raw_data()), static_cast<const T*>(table.raw_data()),
         static_cast<const int64_t*>(idx.raw_data()), n, D, table.stride(0), table.stride(1));
@@ -196,8 +188,7 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   thrust::device_ptr<int64_t> kp(static_cast<int64_t*>(keys.raw_data())), pp(static_cast<int64_t*>(pos.raw_data()));
   thrust::sequence(thrust::cuda::par.on(s), pp, pp + n);
   thrust::stable_sort_by_key(thrust::cuda::par.on(s), kp, kp + n, pp);
-  float_types(src.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
     segment_sum_kernel<T><<<grid_for(n * D, 256), 256, 0, s>>>(static_cast<T*>(out.raw_data()),
                                                                 static_cast<const T*>(src.raw_data()),
                                                                 static_cast<const int64_t*>(keys.raw_data()),
@@ -211,8 +202,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
   Tensor row_loss = empty({N}, {DType::F64, logits.device()});
   const int block = 256;
   cudaStream_t s = stream(logits.device().index);
-  float_types(logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(logits.dtype(), "CUDA kernel", [&]<class T>() {
     ce_rows_kernel<T><<<static_cast<unsigned>(N), block, block * sizeof(double), s>>>(
         static_cast<double*>(lse.raw_data()), static_cast<double*>(row_loss.raw_data()),
         static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), V);
@@ -225,8 +215,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
                             const Tensor& targets) {
   const int64_t N = logits.size(0), V = logits.size(1);
-  float_types(logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(logits.dtype(), "CUDA kernel", [&]<class T>() {
     ce_backward_kernel<T><<<grid_for(N * V, 256), 256, 0, stream(logits.device().index)>>>(
         static_cast<T*>(dlogits.raw_data()), static_cast<const T*>(logits.raw_data()),
         static_cast<const double*>(lse.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
@@ -238,8 +227,7 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Te
 void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, bool relu) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  float_types(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     dropout_fwd_kernel<T><<<grid_for(n, 256), 256, 0, stream(x.device().index)>>>(
         static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0), relu);
@@ -250,8 +238,7 @@ void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, 
 void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& y) {
   const int64_t n = g.numel();
   if (n == 0) return;
-  float_types(g.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
     dropout_bwd_kernel<T><<<grid_for(n, 256), 256, 0, stream(g.device().index)>>>(
         static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()),
         y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, dropout_threshold(p),
@@ -262,8 +249,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
 
 void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
-  float_types(act.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
     lstm_fwd_kernel<T><<<grid_for(B * H, 256), 256, 0, stream(act.device().index)>>>(
         static_cast<T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()), static_cast<T*>(hs.raw_data()),
         static_cast<T*>(cs.raw_data()), B, Tn, H, t);
@@ -274,8 +260,7 @@ void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, co
 void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, const Tensor& cs, const Tensor& dout,
                         const Tensor& dh, const Tensor& dc, int64_t t) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
-  float_types(act.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
     lstm_bwd_kernel<T><<<grid_for(B * H, 256), 256, 0, stream(act.device().index)>>>(
         static_cast<T*>(dG.raw_data()), static_cast<const T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()),
         static_cast<const T*>(cs.raw_data()), static_cast<const T*>(dout.raw_data()), static_cast<T*>(dh.raw_data()),

@@ -49,12 +49,6 @@ void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t
   });
 }
 
-// Element pointer arithmetic on a contiguous buffer of t's dtype.
-inline const void* at(const Tensor& t, int64_t elem) {
-  return static_cast<const char*>(t.raw_data()) + elem * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-inline void* at_mut(const Tensor& t, int64_t elem) { return const_cast<void*>(at(t, elem)); }
-
 // yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
 void conv1d_forward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& bias, const Tensor& yp) {
   Tensor rows = yp.view({-1, g.Cout}).narrow(0, 0, g.M);
@@ -63,7 +57,7 @@ void conv1d_forward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, 
   else
     zero_(rows);
   for (int64_t j = 0; j < g.K; ++j)
-    gemm_on(xp, false, false, g.M, g.Cout, g.Cin, at(xp, j * g.d * g.Cin), g.Cin, at(wt, j * g.Cin * g.Cout), g.Cout,
+    gemm_on(xp, false, false, g.M, g.Cout, g.Cin, element_ptr(xp, j * g.d * g.Cin), g.Cin, element_ptr(wt, j * g.Cin * g.Cout), g.Cout,
             1.0, yp.raw_data(), g.Cout);
 }
 
@@ -73,11 +67,11 @@ void conv1d_backward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt,
                           const Tensor& dwt) {
   for (int64_t j = 0; j < g.K; ++j) {
     if (dxp.defined())  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
-      gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, at(wt, j * g.Cin * g.Cout), g.Cout,
-              j == 0 ? 0.0 : 1.0, at_mut(dxp, j * g.d * g.Cin), g.Cin);
+      gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, element_ptr(wt, j * g.Cin * g.Cout), g.Cout,
+              j == 0 ? 0.0 : 1.0, element_ptr(dxp, j * g.d * g.Cin), g.Cin);
     if (dwt.defined())
-      gemm_on(xp, true, false, g.Cin, g.Cout, g.M, at(xp, j * g.d * g.Cin), g.Cin, dyp.raw_data(), g.Cout, 0.0,
-              at_mut(dwt, j * g.Cin * g.Cout), g.Cout);
+      gemm_on(xp, true, false, g.Cin, g.Cout, g.M, element_ptr(xp, j * g.d * g.Cin), g.Cin, dyp.raw_data(), g.Cout, 0.0,
+              element_ptr(dwt, j * g.Cin * g.Cout), g.Cout);
   }
 }
 

@@ -26,6 +26,12 @@ inline void check_float(const char* op, const Tensor& t) {
             " ", t.shape());
 }
 
+// Address of element `elem` of t's buffer (counted from t's offset, in t's
+// dtype): for handing row blocks of a tensor to a GEMM.
+inline void* element_ptr(const Tensor& t, int64_t elem) {
+  return static_cast<char*>(t.raw_data()) + elem * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
 // The CUDA branch of an op without a CUDA kernel: a clear error, never a crash.
 [[noreturn]] inline void no_cuda_kernel(const char* op) {
   if (!cuda::built_with_cuda()) TCN_FAIL(op, ": tensor is on CUDA but tcn was built without CUDA");

@@ -89,21 +89,14 @@ void lstm_backward_cpu(const T* act, const T* whh, const T* c0, const T* cs, con
 
 #ifdef TCN_WITH_CUDA
 // The same two loops on a GPU: cuBLAS for the GEMMs, cuda/layers.cu for the cell.
-void element_ptrs(const Tensor& t, int64_t elem, const void*& p) {
-  p = static_cast<const char*>(t.raw_data()) + elem * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-
 void lstm_forward_cuda(const Tensor& act, const Tensor& whh, const Tensor& h0, const Tensor& c0, const Tensor& hs,
                        const Tensor& cs) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
   const int dev = act.device().index;
   for (int64_t t = 0; t < Tn; ++t) {
-    const void* h_prev;
-    element_ptrs(t == 0 ? h0 : hs, t == 0 ? 0 : (t - 1) * H, h_prev);
-    const void* a_t;
-    element_ptrs(act, t * G, a_t);
+    const void* h_prev = t == 0 ? h0.raw_data() : element_ptr(hs, (t - 1) * H);
     cuda::gemm(act.dtype(), dev, false, true, B, G, H, h_prev, t == 0 ? H : Tn * H, whh.raw_data(), H, 1.0,
-               const_cast<void*>(a_t), Tn * G);
+               element_ptr(act, t * G), Tn * G);
     cuda::lstm_cell_forward(act, c0, hs, cs, t);
   }
 }
@@ -114,9 +107,8 @@ void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& c0, 
   const int dev = act.device().index;
   for (int64_t t = Tn - 1; t >= 0; --t) {
     cuda::lstm_cell_backward(dG, act, c0, cs, dout, dh, dc, t);
-    const void* dg_t;
-    element_ptrs(dG, t * G, dg_t);
-    cuda::gemm(act.dtype(), dev, false, false, B, H, G, dg_t, Tn * G, whh.raw_data(), H, 0.0, dh.raw_data(), H);
+    cuda::gemm(act.dtype(), dev, false, false, B, H, G, element_ptr(dG, t * G), Tn * G, whh.raw_data(), H, 0.0,
+               dh.raw_data(), H);
   }
 }
 #endif

@@ -12,14 +12,9 @@ namespace tcn {
 
 namespace {
 
-// out[b] = a[b] @ b[b] for every batch b; a is [B, M, K], b is [B, K, N], out [B, M, N] contiguous.
+// out[b] = a[b] @ b[b] for every batch b; a is [B, M, K] (K > 0), b is [B, K, N], out [B, M, N] contiguous.
 void batched_gemm_cpu(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    fill_(out, 0.0);
-    return;
-  }
   GemmOperands g = gemm_operands(a_in, b_in);
   const auto ta = g.la.trans ? CblasTrans : CblasNoTrans, tb = g.lb.trans ? CblasTrans : CblasNoTrans;
   dispatch_float(g.a.dtype(), op, [&]<class T>() {
@@ -27,6 +22,20 @@ void batched_gemm_cpu(const char* op, const Tensor& a_in, const Tensor& b_in, co
       cpu::gemm<T>(ta, tb, M, N, K, g.a.data<T>() + i * g.a.stride(0), g.la.ld, g.b.data<T>() + i * g.b.stride(0),
                    g.lb.ld, T(0), out.data<T>() + i * M * N, N);
   });
+}
+
+// out = a @ b batched, on the operands' device. Empty products are handled
+// here, once for both backends: nothing to compute, or zeros when K == 0.
+void batched_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  if (a.size(2) == 0) {
+    fill_(out, 0.0);
+    return;
+  }
+  if (a.device().is_cuda())
+    TCN_CUDA_OP(op, cuda::batched_gemm(out, a, b));
+  else
+    batched_gemm_cpu(op, a, b, out);
 }
 
 void check_matmul_args(const char* op, const Tensor& a, const Tensor& b) {
@@ -44,10 +53,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   TCN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected two matrices, got shapes ", a.shape(), " and ", b.shape());
   TCN_CHECK(a.size(1) == b.size(0), "mm: inner dimensions differ, ", a.shape(), " @ ", b.shape());
   Tensor out = empty({a.size(0), b.size(1)}, a.options());
-  if (a.device().is_cuda())
-    TCN_CUDA_OP("mm", cuda::batched_gemm(out.unsqueeze(0), a.detach().unsqueeze(0), b.detach().unsqueeze(0)));
-  else
-    batched_gemm_cpu("mm", a.detach().unsqueeze(0), b.detach().unsqueeze(0), out);
+  batched_gemm("mm", a.detach().unsqueeze(0), b.detach().unsqueeze(0), out.unsqueeze(0));
   if (autograd::needs_grad({a, b}))
     // da = g @ b^T needs b; db = a^T @ g needs a. Keep only what is needed.
     autograd::record("mm", {a, b}, {out},
@@ -66,10 +72,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   TCN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes do not match, ", a.shape(), " @ ",
             b.shape());
   Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.options());
-  if (a.device().is_cuda())
-    TCN_CUDA_OP("bmm", cuda::batched_gemm(out, a.detach(), b.detach()));
-  else
-    batched_gemm_cpu("bmm", a.detach(), b.detach(), out);
+  batched_gemm("bmm", a.detach(), b.detach(), out);
   if (autograd::needs_grad({a, b}))
     autograd::record("bmm", {a, b}, {out},
                      [ad = b.requires_grad() ? a.detach() : Tensor(),

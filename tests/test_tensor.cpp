@@ -133,6 +133,9 @@ TEST_CASE("matmul against a naive product, transposes without copies") {
   Tensor wide = rand_tensor({4, 6}, 8);
   Tensor odd = wide.view({4, 3, 2}).narrow(2, 0, 1).squeeze(2);  // [4, 3], strides (6, 2)
   CHECK_CLOSE(mm(odd, b), naive(odd, b), 1e-12, 1e-12);
+  // Empty products: K == 0 gives zeros, M == 0 an empty result.
+  CHECK(mm(zeros({2, 0}), zeros({0, 3})).to_vector<float>() == std::vector<float>(6, 0.0f));
+  CHECK(mm(zeros({0, 4}), zeros({4, 3})).shape() == Shape{0, 3});
 }
 
 TEST_CASE("gather and scatter rows") {
