@@ -61,7 +61,7 @@ void launch_map(const Tensor& out, F f, const In&... in) {
   if (n == 0) return;
   std::array<const T*, K> ptrs{static_cast<const T*>(in.raw_data())...};
   const int block = 256;
-  map_kernel<T, K><<<grid_for(n, block), block, 0, stream(out.device().index)>>>(static_cast<T*>(out.raw_data()),
+  TCN_LAUNCH(grid_for(n, block), block, 0, stream(out.device().index), map_kernel<T, K>)(static_cast<T*>(out.raw_data()),
                                                                                   ptrs, g, n, f);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -154,7 +154,7 @@ void convert(const Tensor& dst, const Tensor& src) {
     all_types(src.dtype(), [&](auto stag) {
       using D = decltype(dtag);
       using S = decltype(stag);
-      convert_kernel<D, S><<<grid_for(n, 256), 256, 0, stream(dst.device().index)>>>(
+      TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(dst.device().index), convert_kernel<D, S>)(
           static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), g, n);
     });
   });

@@ -2,12 +2,13 @@
 // LSTM cell. Each mirrors its CPU kernel in ops/ (same layouts, same math) so
 // the CPU is its oracle (tests/test_cuda_ops.cpp).
 #include <thrust/device_ptr.h>
-#include <thrust/execution_policy.h>
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
 #include "core/philox.h"
 #include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/thrust.cuh"
 #include "cuda/kernels.h"
 #include "ops/ops.h"
 
@@ -46,7 +47,7 @@ __global__ void segment_sum_kernel(T* out, const T* src, const int64_t* keys, co
 // One block per row: max, then sum of exp, by block-wide reductions in shared memory.
 template <class T>
 __global__ void ce_rows_kernel(double* lse, double* row_loss, const T* x, const int64_t* tg, int64_t V) {
-  extern __shared__ double sh[];
+  double* sh = dynamic_shared<double>();
   const int64_t r = blockIdx.x;
   const T* row = x + r * V;
   double m = -INFINITY;
@@ -171,7 +172,7 @@ void gather_rows(const Tensor& out, const Tensor& table, const Tensor& idx) {
   const int64_t n = idx.numel(), D = table.size(1);
   if (n * D == 0) return;
   dispatch_float(table.dtype(), "CUDA kernel", [&]<class T>() {
-    gather_kernel<T><<<grid_for(n * D, 256), 256, 0, stream(out.device().index)>>>(
+    TCN_LAUNCH(grid_for(n * D, 256), 256, 0, stream(out.device().index), gather_kernel<T>)(
         static_cast<T*>(out.raw_data()), static_cast<const T*>(table.raw_data()),
         static_cast<const int64_t*>(idx.raw_data()), n, D, table.stride(0), table.stride(1));
   });
@@ -186,10 +187,10 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   Tensor keys = clone(idx);
   Tensor pos = empty({n}, {DType::I64, out.device()});
   thrust::device_ptr<int64_t> kp(static_cast<int64_t*>(keys.raw_data())), pp(static_cast<int64_t*>(pos.raw_data()));
-  thrust::sequence(thrust::cuda::par.on(s), pp, pp + n);
-  thrust::stable_sort_by_key(thrust::cuda::par.on(s), kp, kp + n, pp);
+  thrust::sequence(thrust_on(s), pp, pp + n);
+  thrust::stable_sort_by_key(thrust_on(s), kp, kp + n, pp);
   dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
-    segment_sum_kernel<T><<<grid_for(n * D, 256), 256, 0, s>>>(static_cast<T*>(out.raw_data()),
+    TCN_LAUNCH(grid_for(n * D, 256), 256, 0, s, segment_sum_kernel<T>)(static_cast<T*>(out.raw_data()),
                                                                 static_cast<const T*>(src.raw_data()),
                                                                 static_cast<const int64_t*>(keys.raw_data()),
                                                                 static_cast<const int64_t*>(pos.raw_data()), n, D);
@@ -203,10 +204,10 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
   const int block = 256;
   cudaStream_t s = stream(logits.device().index);
   dispatch_float(logits.dtype(), "CUDA kernel", [&]<class T>() {
-    ce_rows_kernel<T><<<static_cast<unsigned>(N), block, block * sizeof(double), s>>>(
+    TCN_LAUNCH(static_cast<unsigned>(N), block, block * sizeof(double), s, ce_rows_kernel<T>)(
         static_cast<double*>(lse.raw_data()), static_cast<double*>(row_loss.raw_data()),
         static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), V);
-    ce_mean_kernel<T><<<1, 256, 0, s>>>(static_cast<T*>(loss.raw_data()),
+    TCN_LAUNCH(1, 256, 0, s, ce_mean_kernel<T>)(static_cast<T*>(loss.raw_data()),
                                         static_cast<const double*>(row_loss.raw_data()), N);
   });
   CUDA_CHECK(cudaGetLastError());
@@ -216,7 +217,7 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Te
                             const Tensor& targets) {
   const int64_t N = logits.size(0), V = logits.size(1);
   dispatch_float(logits.dtype(), "CUDA kernel", [&]<class T>() {
-    ce_backward_kernel<T><<<grid_for(N * V, 256), 256, 0, stream(logits.device().index)>>>(
+    TCN_LAUNCH(grid_for(N * V, 256), 256, 0, stream(logits.device().index), ce_backward_kernel<T>)(
         static_cast<T*>(dlogits.raw_data()), static_cast<const T*>(logits.raw_data()),
         static_cast<const double*>(lse.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
         static_cast<const T*>(dloss.raw_data()), N, V);
@@ -228,7 +229,7 @@ void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, 
   const int64_t n = x.numel();
   if (n == 0) return;
   dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
-    dropout_fwd_kernel<T><<<grid_for(n, 256), 256, 0, stream(x.device().index)>>>(
+    TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(x.device().index), dropout_fwd_kernel<T>)(
         static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0), relu);
   });
@@ -239,7 +240,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
   const int64_t n = g.numel();
   if (n == 0) return;
   dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
-    dropout_bwd_kernel<T><<<grid_for(n, 256), 256, 0, stream(g.device().index)>>>(
+    TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(g.device().index), dropout_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()),
         y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
@@ -250,7 +251,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
 void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
   dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
-    lstm_fwd_kernel<T><<<grid_for(B * H, 256), 256, 0, stream(act.device().index)>>>(
+    TCN_LAUNCH(grid_for(B * H, 256), 256, 0, stream(act.device().index), lstm_fwd_kernel<T>)(
         static_cast<T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()), static_cast<T*>(hs.raw_data()),
         static_cast<T*>(cs.raw_data()), B, Tn, H, t);
   });
@@ -261,7 +262,7 @@ void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, c
                         const Tensor& dh, const Tensor& dc, int64_t t) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
   dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
-    lstm_bwd_kernel<T><<<grid_for(B * H, 256), 256, 0, stream(act.device().index)>>>(
+    TCN_LAUNCH(grid_for(B * H, 256), 256, 0, stream(act.device().index), lstm_bwd_kernel<T>)(
         static_cast<T*>(dG.raw_data()), static_cast<const T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()),
         static_cast<const T*>(cs.raw_data()), static_cast<const T*>(dout.raw_data()), static_cast<T*>(dh.raw_data()),
         static_cast<T*>(dc.raw_data()), B, Tn, H, t);

@@ -84,12 +84,12 @@ void max_along(const Tensor& values, const Tensor& indices, const Tensor& x, int
   if (n_out == 0) return;
   cudaStream_t s = stream(x.device().index);
   if (x.dtype() == DType::F32)
-    max_kernel<float><<<grid_for(n_out, 128), 128, 0, s>>>(static_cast<float*>(values.raw_data()),
+    TCN_LAUNCH(grid_for(n_out, 128), 128, 0, s, max_kernel<float>)(static_cast<float*>(values.raw_data()),
                                                            static_cast<int64_t*>(indices.raw_data()),
                                                            static_cast<const float*>(x.raw_data()), g, n_out,
                                                            x.size(dim), x.stride(dim));
   else
-    max_kernel<double><<<grid_for(n_out, 128), 128, 0, s>>>(static_cast<double*>(values.raw_data()),
+    TCN_LAUNCH(grid_for(n_out, 128), 128, 0, s, max_kernel<double>)(static_cast<double*>(values.raw_data()),
                                                             static_cast<int64_t*>(indices.raw_data()),
                                                             static_cast<const double*>(x.raw_data()), g, n_out,
                                                             x.size(dim), x.stride(dim));
@@ -115,20 +115,20 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced) {
   cudaStream_t s = stream(x.device().index);
   if (n_red >= 1024 && n_out <= (int64_t{1} << 31) - 1) {
     if (x.dtype() == DType::F32)
-      sum_block_kernel<float><<<static_cast<unsigned>(n_out), kBlock, 0, s>>>(
+      TCN_LAUNCH(static_cast<unsigned>(n_out), kBlock, 0, s, sum_block_kernel<float>)(
           static_cast<float*>(out.raw_data()), static_cast<const float*>(x.raw_data()), g, n_red);
     else
-      sum_block_kernel<double><<<static_cast<unsigned>(n_out), kBlock, 0, s>>>(
+      TCN_LAUNCH(static_cast<unsigned>(n_out), kBlock, 0, s, sum_block_kernel<double>)(
           static_cast<double*>(out.raw_data()), static_cast<const double*>(x.raw_data()), g, n_red);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
   const int block = 128;
   if (x.dtype() == DType::F32)
-    sum_kernel<float><<<grid_for(n_out, block), block, 0, s>>>(static_cast<float*>(out.raw_data()),
+    TCN_LAUNCH(grid_for(n_out, block), block, 0, s, sum_kernel<float>)(static_cast<float*>(out.raw_data()),
                                                                static_cast<const float*>(x.raw_data()), g, n_out, n_red);
   else
-    sum_kernel<double><<<grid_for(n_out, block), block, 0, s>>>(static_cast<double*>(out.raw_data()),
+    TCN_LAUNCH(grid_for(n_out, block), block, 0, s, sum_kernel<double>)(static_cast<double*>(out.raw_data()),
                                                                 static_cast<const double*>(x.raw_data()), g, n_out, n_red);
   CUDA_CHECK(cudaGetLastError());
 }

@@ -61,7 +61,13 @@ std::vector<std::unique_ptr<CachingAllocator>>& allocators() {
 }  // namespace
 
 bool built_with_cuda() { return true; }
+#ifdef TCN_CUDA_EMU
+bool emulated() { return true; }
+bool verified_on_gpu() { return false; }  // emulation is not a GPU
+#else
+bool emulated() { return false; }
 bool verified_on_gpu() { return false; }  // no GPU has run tests/test_cuda_ops.cpp yet
+#endif
 int device_count() { return probe().count; }
 std::string unavailable_reason() { return probe().reason; }
 

@@ -16,6 +16,9 @@
 namespace tcn::cuda {
 
 bool built_with_cuda();
+// Whether the CUDA device is the emulated one (TCN_CUDA=EMU): kernels run on
+// the CPU, to check their logic; never a measure of speed, never a GPU.
+bool emulated();
 // Number of usable CUDA devices (respects CUDA_VISIBLE_DEVICES); 0 when none.
 int device_count();
 inline bool is_available() { return device_count() > 0; }

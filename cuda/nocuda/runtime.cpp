@@ -12,6 +12,7 @@ constexpr const char* kWhy = "tcn was built without CUDA (TCN_CUDA=OFF or nvcc n
 }  // namespace
 
 bool built_with_cuda() { return false; }
+bool emulated() { return false; }
 bool verified_on_gpu() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return kWhy; }

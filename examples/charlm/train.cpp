@@ -29,7 +29,11 @@ Device resolve_device(const std::string& name) {
   Device d = parse_device(name);
   if (d.is_cuda()) {
     TCN_CHECK(cuda::is_available(), "--device ", name, ": no usable GPU (", cuda::unavailable_reason(), ")");
-    if (!cuda::verified_on_gpu())
+    if (cuda::emulated())
+      std::fprintf(stderr, "charlm: note: --device %s is the EMULATED device (TCN_CUDA=EMU): the CUDA kernels run "
+                           "on the CPU to check their logic, far slower than the CPU backend; not a GPU\n",
+                   name.c_str());
+    else if (!cuda::verified_on_gpu())
       std::fprintf(stderr, "charlm: warning: the CUDA kernels of this build have not been verified on a GPU yet "
                            "(tests/test_cuda_ops.cpp); results may be wrong\n");
   }

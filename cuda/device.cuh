@@ -1,0 +1,22 @@
+// Device-side helpers shared by the kernels of cuda/*.cu, valid both under nvcc
+// and on the emulated device.
+#pragma once
+
+#include "cuda/common.h"
+
+namespace tcn::cuda {
+
+// The block's dynamic shared memory (the launch's third <<<>>> argument), as T.
+// `extern __shared__ T x[]` would do under nvcc, but not for two kernels with
+// different T, nor on the emulator: this is the one spelling for both.
+template <class T>
+__device__ __forceinline__ T* dynamic_shared() {
+#if defined(__CUDACC__)
+  extern __shared__ __align__(16) unsigned char tcn_dynamic_smem[];
+  return reinterpret_cast<T*>(tcn_dynamic_smem);
+#else
+  return static_cast<T*>(::tcn::emu::dynamic_shared_memory());
+#endif
+}
+
+}  // namespace tcn::cuda

@@ -1,0 +1,213 @@
+// The emulated device's cuBLAS (cuda/emu/cublas_api.h): arguments checked as
+// cuBLAS checks them, every operand checked to lie inside one device
+// allocation, and the product queued on the handle's stream, where OpenBLAS
+// computes it column-major, exactly the cuBLAS definition.
+#include <cblas.h>
+
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/emu/cublas_api.h"
+#include "cuda/emu/internal.h"
+
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+};
+
+namespace {
+
+thread_local std::string tl_status_detail;
+thread_local std::string tl_status_message;
+
+cublasStatus_t invalid(const std::string& detail) {
+  tl_status_detail = detail;
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+float round_to_tf32(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7F800000u) != 0x7F800000u) {  // finite: round to nearest even at mantissa bit 13
+    u += 0x0FFFu + ((u >> 13) & 1u);
+    u &= 0xFFFFE000u;
+  }
+  return std::bit_cast<float>(u);
+}
+
+void blas_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+               float beta, float* C, int ldc) {
+  cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda,
+              B, ldb, beta, C, ldc);
+}
+void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* A, int lda, const double* B,
+               int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda,
+              B, ldb, beta, C, ldc);
+}
+
+// Checks that `count` batches of an operand (rows x cols, leading dimension ld,
+// batch stride) lie inside one device allocation.
+template <class T>
+bool operand_in_device_memory(const char* call, const char* name, const T* p, int rows, int cols, int ld,
+                              long long stride, int batch, std::string* detail) {
+  if (rows == 0 || cols == 0 || batch == 0) return true;
+  const long long extent = static_cast<long long>(cols - 1) * ld + rows;
+  const long long lo = stride < 0 ? (batch - 1) * stride : 0;
+  const long long hi = (stride > 0 ? (batch - 1) * stride : 0) + extent;
+  tcn::emu::Region r;
+  if (tcn::emu::find_region(p + lo, static_cast<size_t>(hi - lo) * sizeof(T), &r) && r.kind == 1) return true;
+  std::ostringstream o;
+  o << call << ": " << name << " (" << rows << " x " << cols << ", ld " << ld;
+  if (batch > 1) o << ", " << batch << " batches " << stride << " apart";
+  o << ") at " << static_cast<const void*>(p) << " is not inside one device allocation";
+  *detail = o.str();
+  return false;
+}
+
+template <class T>
+cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, const T* alpha, const T* A, int lda, long long sa, const T* B, int ldb, long long sb,
+                    const T* beta, T* C, int ldc, long long sc, int batch) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  auto op_ok = [](cublasOperation_t o) { return o == CUBLAS_OP_N || o == CUBLAS_OP_T || o == CUBLAS_OP_C; };
+  std::ostringstream args;
+  args << call << "(transa " << ta << ", transb " << tb << ", m " << m << ", n " << n << ", k " << k << ", lda " << lda
+       << ", ldb " << ldb << ", ldc " << ldc << ")";
+  if (!op_ok(ta) || !op_ok(tb)) return invalid(args.str() + ": unknown operation");
+  if (m < 0 || n < 0 || k < 0 || batch < 0) return invalid(args.str() + ": a negative size");
+  const bool at = ta != CUBLAS_OP_N, bt = tb != CUBLAS_OP_N;  // real types: C is T
+  const int ra = at ? k : m, ca = at ? m : k, rb = bt ? n : k, cb = bt ? k : n;
+  if (lda < std::max(1, ra)) return invalid(args.str() + ": lda < max(1, rows of A)");
+  if (ldb < std::max(1, rb)) return invalid(args.str() + ": ldb < max(1, rows of B)");
+  if (ldc < std::max(1, m)) return invalid(args.str() + ": ldc < max(1, m)");
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  std::string detail;
+  if (!operand_in_device_memory(call, "A", A, ra, ca, lda, sa, batch, &detail) ||
+      !operand_in_device_memory(call, "B", B, rb, cb, ldb, sb, batch, &detail) ||
+      !operand_in_device_memory(call, "C", static_cast<const T*>(C), m, n, ldc, sc, batch, &detail))
+    return invalid(detail);
+  // Host pointer mode reads alpha and beta now; device mode when the GEMM runs.
+  const bool device_scalars = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  const T a_now = device_scalars ? T(0) : *alpha, b_now = device_scalars ? T(0) : *beta;
+  const bool tf32 = std::is_same_v<T, float> && (h->math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
+  tcn::emu::count_cublas_call();
+  cudaError_t e = tcn::emu::enqueue(h->stream, call, [=] {
+    const T a = device_scalars ? *alpha : a_now, b = device_scalars ? *beta : b_now;
+    for (int i = 0; i < batch; ++i) {
+      const T* Ai = A + i * sa;
+      const T* Bi = B + i * sb;
+      std::vector<T> ra32, rb32;
+      if (tf32 && k > 0) {  // tensor cores read TF32: round the inputs, accumulate in FP32
+        const size_t na = static_cast<size_t>(ca - 1) * lda + ra, nb = static_cast<size_t>(cb - 1) * ldb + rb;
+        ra32.assign(Ai, Ai + na);
+        rb32.assign(Bi, Bi + nb);
+        for (T& v : ra32) v = static_cast<T>(round_to_tf32(static_cast<float>(v)));
+        for (T& v : rb32) v = static_cast<T>(round_to_tf32(static_cast<float>(v)));
+        Ai = ra32.data();
+        Bi = rb32.data();
+      }
+      blas_gemm(at, bt, m, n, k, a, Ai, lda, Bi, ldb, b, C + i * sc, ldc);
+    }
+  });
+  if (e != cudaSuccess) {
+    tl_status_detail = std::string(call) + ": " + cudaGetErrorString(e);
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  const char* base = "CUBLAS_STATUS_UNKNOWN";
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: base = "CUBLAS_STATUS_NOT_INITIALIZED"; break;
+    case CUBLAS_STATUS_ALLOC_FAILED: base = "CUBLAS_STATUS_ALLOC_FAILED"; break;
+    case CUBLAS_STATUS_INVALID_VALUE: base = "CUBLAS_STATUS_INVALID_VALUE"; break;
+    case CUBLAS_STATUS_ARCH_MISMATCH: base = "CUBLAS_STATUS_ARCH_MISMATCH"; break;
+    case CUBLAS_STATUS_MAPPING_ERROR: base = "CUBLAS_STATUS_MAPPING_ERROR"; break;
+    case CUBLAS_STATUS_EXECUTION_FAILED: base = "CUBLAS_STATUS_EXECUTION_FAILED"; break;
+    case CUBLAS_STATUS_INTERNAL_ERROR: base = "CUBLAS_STATUS_INTERNAL_ERROR"; break;
+    case CUBLAS_STATUS_NOT_SUPPORTED: base = "CUBLAS_STATUS_NOT_SUPPORTED"; break;
+  }
+  if (tl_status_detail.empty()) return base;
+  tl_status_message = std::string(base) + " [emulated device: " + tl_status_detail + "]";
+  return tl_status_message.c_str();
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  *handle = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *s = h->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* mode) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *mode = h->math;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t mode) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->pointer_mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGetPointerMode(cublasHandle_t h, cublasPointerMode_t* mode) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *mode = h->pointer_mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void*, size_t) {
+  return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc) {
+  tl_status_detail.clear();
+  return gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+cublasStatus_t cublasDgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const double* alpha, const double* A, int lda, const double* B, int ldb, const double* beta,
+                           double* C, int ldc) {
+  tl_status_detail.clear();
+  return gemm("cublasDgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float* alpha, const float* A, int lda, long long sa,
+                                         const float* B, int ldb, long long sb, const float* beta, float* C, int ldc,
+                                         long long sc, int batch) {
+  tl_status_detail.clear();
+  return gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+              batch);
+}
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const double* alpha, const double* A, int lda, long long sa,
+                                         const double* B, int ldb, long long sb, const double* beta, double* C,
+                                         int ldc, long long sc, int batch) {
+  tl_status_detail.clear();
+  return gemm("cublasDgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+              batch);
+}
