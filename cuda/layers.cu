@@ -1,7 +1,6 @@
 // Kernels of the layer primitives: embedding rows, cross-entropy, dropout,
 // LSTM cell. Each mirrors its CPU kernel in ops/ (same layouts, same math) so
 // the CPU is its oracle (tests/test_cuda_ops.cpp).
-#include <thrust/device_ptr.h>
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
@@ -186,7 +185,10 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   cudaStream_t s = stream(dev);
   Tensor keys = clone(idx);
   Tensor pos = empty({n}, {DType::I64, out.device()});
-  thrust::device_ptr<int64_t> kp(static_cast<int64_t*>(keys.raw_data())), pp(static_cast<int64_t*>(pos.raw_data()));
+  // Raw pointers with an explicit policy (no thrust::device_ptr, whose
+  // references Thrust's host backend builds from a null system pointer).
+  int64_t* kp = static_cast<int64_t*>(keys.raw_data());
+  int64_t* pp = static_cast<int64_t*>(pos.raw_data());
   thrust::sequence(thrust_on(s), pp, pp + n);
   thrust::stable_sort_by_key(thrust_on(s), kp, kp + n, pp);
   dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
@@ -250,6 +252,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
 
 void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
+  if (B * H == 0) return;  // an empty batch: no grid to launch (a zero grid is an invalid configuration)
   dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(B * H, 256), 256, 0, stream(act.device().index), lstm_fwd_kernel<T>)(
         static_cast<T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()), static_cast<T*>(hs.raw_data()),
@@ -261,6 +264,7 @@ void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, co
 void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, const Tensor& cs, const Tensor& dout,
                         const Tensor& dh, const Tensor& dc, int64_t t) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
+  if (B * H == 0) return;
   dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(B * H, 256), 256, 0, stream(act.device().index), lstm_bwd_kernel<T>)(
         static_cast<T*>(dG.raw_data()), static_cast<const T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()),

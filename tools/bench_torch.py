@@ -5,6 +5,8 @@ Used by `charlm bench` for a side-by-side comparison: it runs this script,
 then parses the single JSON line printed on stdout.  Progress goes to stderr.
 
 Run with Debian's python (/usr/bin/python3), which sees the system PyTorch.
+`--device cuda` (what `charlm bench --device cuda` passes) runs the steps on the
+GPU, synchronising before and after each timed step.
 """
 
 import argparse
@@ -49,6 +51,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1111)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     args = ap.parse_args(argv)
     if args.nhid is None:
         args.nhid = 450 if args.model == "tcn" else 700
@@ -75,8 +78,16 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        log("bench_torch: --device %s but torch.cuda.is_available() is False" % args.device)
+        return 1
 
-    model = build(args)
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    model = build(args).to(device)
     model.train()
     # model.parameters() yields each tensor once, so the tied TCN
     # encoder/decoder matrix is counted a single time.
@@ -85,7 +96,7 @@ def main(argv=None):
     optimizer = torch.optim.SGD(params, lr=args.lr)
 
     data = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1),
-                         dtype=torch.int64)
+                         dtype=torch.int64).to(device)
     inp = data[:, :-1].contiguous()
     tgt = data[:, 1:].contiguous()
     eff = args.seq_len - args.validseqlen
@@ -101,21 +112,30 @@ def main(argv=None):
         optimizer.step()
         return loss.item()
 
-    log("bench_torch: torch %s, model %s, %d params, threads %d, batch %d x seq %d"
-        % (torch.__version__, args.model, n_params, torch.get_num_threads(),
-           args.batch_size, args.seq_len))
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    log("bench_torch: torch %s, model %s, %d params, device %s%s, threads %d, batch %d x seq %d%s"
+        % (torch.__version__, args.model, n_params, device, " (%s)" % gpu if gpu else "",
+           torch.get_num_threads(), args.batch_size, args.seq_len,
+           ", cudnn %s, tf32 matmul %s / cudnn %s" % (torch.backends.cudnn.version(),
+                                                       torch.backends.cuda.matmul.allow_tf32,
+                                                       torch.backends.cudnn.allow_tf32)
+           if gpu else ""))
 
     loss = float("nan")
     for i in range(args.warmup):
+        sync()
         t0 = time.perf_counter()
         loss = step()
+        sync()
         log("  warmup %d/%d: %.1f ms, loss %.4f"
             % (i + 1, args.warmup, (time.perf_counter() - t0) * 1e3, loss))
 
     times_ms = []
     for i in range(args.steps):
+        sync()
         t0 = time.perf_counter()
         loss = step()
+        sync()
         ms = (time.perf_counter() - t0) * 1e3
         times_ms.append(ms)
         log("  step %d/%d: %.1f ms, loss %.4f" % (i + 1, args.steps, ms, loss))
@@ -125,6 +145,11 @@ def main(argv=None):
         "torch_version": torch.__version__,
         "model": args.model,
         "threads": args.threads,
+        "device": str(device),
+        "gpu": gpu,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
         "steps": args.steps,

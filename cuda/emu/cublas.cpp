@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -141,11 +143,26 @@ const char* cublasGetStatusString(cublasStatus_t status) {
   return tl_status_message.c_str();
 }
 
+// Live handles stay reachable (as the library's own would), so a handle kept
+// until exit, as tcn keeps one per device, is not reported as a leak.
+std::mutex& handles_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<cublasHandle_t>& handles() {
+  static auto* h = new std::set<cublasHandle_t>;
+  return *h;
+}
+
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
   *handle = new cublasContext;
+  std::lock_guard<std::mutex> lock(handles_mutex());
+  handles().insert(*handle);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  std::lock_guard<std::mutex> lock(handles_mutex());
+  if (!handles().erase(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -27,11 +27,32 @@
 
 #include "cuda/emu/internal.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace tcn::emu {
 
 namespace {
 
 namespace ctx = boost::context;
+
+// AddressSanitizer must be told when execution moves to another stack
+// (before the switch: the destination; after it: where it came from).
+#if defined(__SANITIZE_ADDRESS__)
+void asan_leave(void** fake_stack, const void* bottom, size_t size) {
+  __sanitizer_start_switch_fiber(fake_stack, bottom, size);
+}
+void asan_arrive(void* fake_stack, const void** old_bottom, size_t* old_size) {
+  __sanitizer_finish_switch_fiber(fake_stack, old_bottom, old_size);
+}
+#else
+void asan_leave(void**, const void*, size_t) {}
+void asan_arrive(void*, const void**, size_t*) {}
+#endif
+thread_local const void* tl_sched_bottom = nullptr;  // the OS thread's own stack, where the scheduler runs
+thread_local size_t tl_sched_size = 0;
+thread_local void* tl_sched_fake = nullptr;
 
 // ---- fiber stacks: mmap'ed with a guard page, pooled per OS thread --------------------
 constexpr size_t kStackSize = 256 * 1024;
@@ -45,11 +66,16 @@ struct StackPool {
 };
 thread_local StackPool tl_stacks;
 
+struct Worker;
+void note_stack(Worker* w, const ctx::stack_context& s);
+
 struct PooledStack {
+  Worker* owner;
   ctx::stack_context allocate() {
     if (!tl_stacks.free.empty()) {
       ctx::stack_context s = tl_stacks.free.back();
       tl_stacks.free.pop_back();
+      note_stack(owner, s);
       return s;
     }
     const size_t pg = StackPool::page();
@@ -62,6 +88,7 @@ struct PooledStack {
     ctx::stack_context s;
     s.size = kStackSize;
     s.sp = static_cast<char*>(mem) + pg + kStackSize;
+    note_stack(owner, s);
     return s;
   }
   void deallocate(ctx::stack_context& s) noexcept { tl_stacks.free.push_back(s); }
@@ -69,8 +96,6 @@ struct PooledStack {
 
 // ---- per-block state (one block at a time per OS thread) ------------------------------
 enum class State : uint8_t { Unstarted, Running, Barrier, Warp, Done };
-
-struct Worker;
 
 struct Slot {
   State state = State::Unstarted;
@@ -91,7 +116,15 @@ struct Worker {
   ctx::fiber self;   // held by the scheduler while the worker is suspended
   ctx::fiber sched;  // held by the worker while it runs
   int tid = -1;
+  const void* stack_bottom = nullptr;  // for AddressSanitizer
+  size_t stack_size = 0;
+  void* fake_stack = nullptr;
 };
+
+void note_stack(Worker* w, const ctx::stack_context& s) {
+  w->stack_bottom = static_cast<char*>(s.sp) - s.size;
+  w->stack_size = s.size;
+}
 
 struct KernelFault {
   std::string what;
@@ -218,11 +251,20 @@ void run_thread(Block& b, Worker* w, int tid) {
 // A worker runs not-yet-started threads until one blocks (it then suspends
 // inside that thread) or none are left (the fiber ends).
 ctx::fiber worker_main(Worker* w, ctx::fiber&& sched) {
+  asan_arrive(nullptr, &tl_sched_bottom, &tl_sched_size);
   w->sched = std::move(sched);
   Block& b = tl_block;
   while (!b.faulted && b.next < b.n) run_thread(b, w, b.start_order[b.next++]);
   w->tid = -1;
+  asan_leave(nullptr, tl_sched_bottom, tl_sched_size);  // this stack is done
   return std::move(w->sched);
+}
+
+// Scheduler side: runs the worker until it suspends or ends.
+void switch_to(Worker* w) {
+  asan_leave(&tl_sched_fake, w->stack_bottom, w->stack_size);
+  w->self = std::move(w->self).resume();
+  asan_arrive(tl_sched_fake, nullptr, nullptr);
 }
 
 Worker* new_worker(Block& b) {
@@ -233,22 +275,24 @@ Worker* new_worker(Block& b) {
 void start_threads(Block& b) {
   while (!b.faulted && b.next < b.n) {
     Worker* w = new_worker(b);
-    w->self = ctx::fiber(std::allocator_arg, PooledStack{},
+    w->self = ctx::fiber(std::allocator_arg, PooledStack{w},
                          [w](ctx::fiber&& sched) { return worker_main(w, std::move(sched)); });
-    w->self = std::move(w->self).resume();
+    switch_to(w);
   }
 }
 
 void resume(Block& b, int tid) {
   Worker* w = b.slots[tid].worker;
   b.slots[tid].state = State::Running;
-  w->self = std::move(w->self).resume();
+  switch_to(w);
 }
 
 // Called inside a CUDA thread: back to the scheduler until released.
 void suspend() {
   Worker* w = tl_worker;
+  asan_leave(&w->fake_stack, tl_sched_bottom, tl_sched_size);
   w->sched = std::move(w->sched).resume();
+  asan_arrive(w->fake_stack, nullptr, nullptr);
   tl_worker = w;
   set_coords(tl_block, w->tid);
 }

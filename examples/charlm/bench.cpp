@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/threads.h"
+#include "cuda/runtime.h"
 #include "generate.h"
 #include "nn/optim.h"
+#include "train.h"
 
 namespace charlm {
 
@@ -29,20 +31,29 @@ struct Timing {
   std::string note;
 };
 
-Timing time_ours(const std::string& kind, const BenchOptions& o) {
+// Waits for the device's queued work, so that a host clock read after it
+// covers all of it (a no-op on the CPU).
+void sync(const Device& dev) {
+  if (dev.is_cuda()) cuda::synchronize();
+}
+
+Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& dev) {
   nlohmann::json cfg = kind == "tcn" ? nn::TCNConfig{}.to_json() : nn::LSTMConfig{}.to_json();
   auto model = nn::make_char_lm(kind, cfg, 1111);
   model->train();
+  model->to(dev);
   nn::SGD opt(model->parameters(), 4.0);
   Generator gen(7);
   Tensor u = rand({o.batch_size, o.seq_len + 1}, {DType::F64}, gen);
   std::vector<int64_t> toks;
   for (double x : u.to_vector<double>()) toks.push_back(static_cast<int64_t>(x * 50));
   Tensor seq = from_vector(toks, {o.batch_size, o.seq_len + 1});
-  Tensor inp = seq.narrow(1, 0, o.seq_len).contiguous(), tgt = seq.narrow(1, 1, o.seq_len).contiguous();
+  Tensor inp = seq.narrow(1, 0, o.seq_len).contiguous().to(dev);
+  Tensor tgt = seq.narrow(1, 1, o.seq_len).contiguous().to(dev);
   const int64_t hist = o.seq_len - o.validseqlen;
   std::vector<double> ms;
   for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    sync(dev);
     auto t0 = Clock::now();
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
@@ -50,6 +61,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o) {
     nn::clip_grad_norm_(model->parameters(), 0.15);
     opt.step();
     (void)loss.item();
+    sync(dev);
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::fprintf(stderr, "  tcn %s step %lld: %.1f ms%s\n", kind.c_str(), static_cast<long long>(s + 1), t,
                  s < o.warmup ? " (warmup)" : "");
@@ -63,7 +75,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o) {
   return r;
 }
 
-Timing time_torch(const std::string& kind, const BenchOptions& o) {
+Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& dev) {
   Timing r;
   if (o.torch == "off") {
     r.note = "skipped (--torch off)";
@@ -78,7 +90,7 @@ Timing time_torch(const std::string& kind, const BenchOptions& o) {
   cmd = o.python + " '" + script + "' --model " + kind + " --steps " + std::to_string(o.steps) + " --warmup " +
         std::to_string(o.warmup) + " --threads " + std::to_string(o.threads) + " --batch_size " +
         std::to_string(o.batch_size) + " --seq_len " + std::to_string(o.seq_len) + " --validseqlen " +
-        std::to_string(o.validseqlen);
+        std::to_string(o.validseqlen) + " --device " + dev.str();
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
     r.note = "could not start " + script;
@@ -105,11 +117,12 @@ Timing time_torch(const std::string& kind, const BenchOptions& o) {
 
 int run_bench(const BenchOptions& o, const char*) {
   set_num_threads(o.threads);
+  const Device dev = resolve_device(o.device);
   std::vector<std::string> kinds = o.model == "both" ? std::vector<std::string>{"tcn", "lstm"}
                                                      : std::vector<std::string>{o.model};
-  std::printf("charlm bench: batch %lld, seq_len %lld (scored %lld), reference configs, vocab 50, %d threads, "
-              "%lld timed steps after %lld warmup\n",
-              static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len),
+  std::printf("charlm bench: device %s, batch %lld, seq_len %lld (scored %lld), reference configs, vocab 50, "
+              "%d threads, %lld timed steps after %lld warmup\n",
+              dev.str().c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len),
               static_cast<long long>(o.validseqlen), o.threads, static_cast<long long>(o.steps),
               static_cast<long long>(o.warmup));
   std::fflush(stdout);
@@ -118,7 +131,7 @@ int run_bench(const BenchOptions& o, const char*) {
     Timing ours, torch;
   };
   std::vector<Row> rows;
-  for (const auto& k : kinds) rows.push_back({k, time_ours(k, o), time_torch(k, o)});
+  for (const auto& k : kinds) rows.push_back({k, time_ours(k, o, dev), time_torch(k, o, dev)});
 
   std::printf("\n| model | params | tcn ms/step | PyTorch ms/step | tcn / PyTorch | target | chars/s (tcn) |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
@@ -138,6 +151,7 @@ int run_bench(const BenchOptions& o, const char*) {
     std::printf("\nTCN step / LSTM step (tcn framework): %.2f\n", rows[0].ours.median_ms / rows[1].ours.median_ms);
 
   if (o.generate_chars > 0) {
+    if (dev.is_cuda()) std::printf("\n(generation runs on the CPU, whatever --device says)\n");
     std::printf("\n| generation (untrained reference models, batch 1) | incremental chars/s | full recompute chars/s | speedup |\n|---|---|---|---|\n");
     for (const auto& k : kinds) {
       nlohmann::json cfg = k == "tcn" ? nn::TCNConfig{}.to_json() : nn::LSTMConfig{}.to_json();

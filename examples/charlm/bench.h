@@ -1,7 +1,8 @@
 // `charlm bench`: times full training steps (forward, backward, clip, SGD) of
 // the reference TCN and LSTM on synthetic data, and the same steps of the same
 // models in PyTorch in the same run when Debian's python3-torch is importable
-// (tools/bench_torch.py), and prints the ratios. Also times generation,
+// (tools/bench_torch.py), and prints the ratios. `--device cuda` runs both
+// frameworks' steps on the GPU. Also times generation (on the CPU),
 // incremental vs full recompute.
 #pragma once
 
@@ -11,6 +12,7 @@ namespace charlm {
 
 struct BenchOptions {
   std::string model = "both", torch = "auto", python = "/usr/bin/python3";
+  std::string device = "cpu";  // cpu, cuda[:N] or auto: where both frameworks' training steps run
   int64_t steps = 5, warmup = 1, batch_size = 32, seq_len = 400, validseqlen = 320, generate_chars = 200;
   int threads = 2;
 };

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   bench->add_option("--steps", b.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", b.warmup, "untimed steps first")->capture_default_str();
   bench->add_option("--threads", b.threads, "CPU threads for both frameworks")->capture_default_str();
+  bench->add_option("--device", b.device, "cpu, cuda[:N] or auto: where both frameworks train")->capture_default_str();
   bench->add_option("--batch_size", b.batch_size)->capture_default_str();
   bench->add_option("--seq_len", b.seq_len)->capture_default_str();
   bench->add_option("--validseqlen", b.validseqlen)->capture_default_str();

@@ -1,0 +1,567 @@
+// The device language and runtime themselves: barriers, warp collectives,
+// atomics, shared memory, launch checks, streams, events, stream capture and
+// graph replay. Valid CUDA: built by nvcc these run on a GPU (and check that
+// the emulator's rules are the GPU's); built with TCN_CUDA=EMU they run on the
+// emulated device, together with the emulator-only checks at the end (the
+// deferred queue, counters, and the bugs it must catch: divergent barriers,
+// deadlocked warps, host pointers passed to kernels, kernel faults).
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/common.h"
+#include "cuda/device.cuh"
+#include "cuda/runtime.h"
+#ifdef TCN_CUDA_EMU
+#include "cuda/emu/emu.h"
+#endif
+
+namespace {
+
+// ---- kernels --------------------------------------------------------------------------------
+// out[blockIdx.x] = sum of in over the block's slice, by a shared-memory tree.
+__global__ void block_sum_kernel(int64_t* out, const int64_t* in, int n) {
+  __shared__ int64_t sh[256];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  sh[threadIdx.x] = i < n ? in[i] : 0;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+
+// The same tree without the barrier after the first write: a race.
+__global__ void racy_block_sum_kernel(int64_t* out, const int64_t* in, int n) {
+  __shared__ int64_t sh[256];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  sh[threadIdx.x] = i < n ? in[i] : 0;
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+
+__global__ void barrier_votes_kernel(int* out) {
+  const int odd = threadIdx.x % 2;
+  out[0] = __syncthreads_count(odd);
+  out[1] = __syncthreads_and(threadIdx.x < 1000);
+  out[2] = __syncthreads_or(threadIdx.x == 77);
+}
+
+// Per warp: the sum by __shfl_down_sync, a butterfly max by __shfl_xor_sync, a
+// broadcast of lane 3, an inclusive scan by __shfl_up_sync, votes.
+__global__ void warp_kernel(int* sums, int* maxes, int* bcast, int* scan, unsigned* ballots, int* any_all) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int v = static_cast<int>(threadIdx.x) * 3 + 1;
+  int s = v;
+  for (int d = 16; d > 0; d >>= 1) s += __shfl_down_sync(0xffffffffu, s, d);
+  if (lane == 0) sums[warp] = s;
+  int m = v;
+  for (int d = 1; d < 32; d <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
+  maxes[threadIdx.x] = m;
+  bcast[threadIdx.x] = __shfl_sync(0xffffffffu, v, 3);
+  int x = v;
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  scan[threadIdx.x] = x;
+  const unsigned b = __ballot_sync(0xffffffffu, lane % 3 == 0);
+  if (lane == 0) ballots[warp] = b;
+  const int a = __any_sync(0xffffffffu, lane == 31), l = __all_sync(0xffffffffu, lane < 31);
+  if (lane == 0) any_all[warp] = a * 10 + l;
+}
+
+// Shuffles within segments of 8 lanes, and a partial mask (the low half-warp).
+__global__ void warp_width_kernel(int* seg_sums, int* half) {
+  const int lane = threadIdx.x % 32;
+  int s = lane;
+  for (int d = 4; d > 0; d >>= 1) s += __shfl_down_sync(0xffffffffu, s, d, 8);
+  seg_sums[threadIdx.x] = s;
+  if (lane < 16) half[lane] = __shfl_sync(0x0000ffffu, lane * 10, 15);
+}
+
+__global__ void atomics_kernel(float* fsum, unsigned long long* count, int* imax, int* cas_winner) {
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  atomicAdd(fsum, 0.5f);
+  atomicAdd(count, 1ull);
+  atomicMax(imax, g);
+  atomicCAS(cas_winner, -1, g);  // exactly one thread wins
+}
+
+__global__ void dynamic_smem_kernel(float* out) {
+  float* sh = tcn::cuda::dynamic_shared<float>();
+  sh[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = sh[blockDim.x - 1 - threadIdx.x];
+}
+
+__global__ void coords_kernel(int* out) {
+  const int b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const int t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const int nt = blockDim.x * blockDim.y * blockDim.z;
+  out[b * nt + t] = static_cast<int>(blockIdx.x * 1000000 + blockIdx.y * 100000 + blockIdx.z * 10000 +
+                                     threadIdx.x * 100 + threadIdx.y * 10 + threadIdx.z);
+}
+
+__global__ void add_kernel(int* x, int v) { x[threadIdx.x] += v; }
+
+template <class T>
+T* device_alloc(size_t n) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+template <class T>
+std::vector<T> download(const T* d, size_t n) {
+  std::vector<T> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+const bool kNoDevice = !tcn::cuda::is_available();
+
+}  // namespace
+
+TEST_SUITE("device") {
+
+TEST_CASE("a shared-memory tree reduction with barriers, over many blocks" * doctest::skip(kNoDevice)) {
+  const int n = 256 * 37 + 11, blocks = 38;
+  std::vector<int64_t> h(n);
+  for (int i = 0; i < n; ++i) h[i] = i % 1000 - 300;
+  int64_t* in = device_alloc<int64_t>(n);
+  int64_t* out = device_alloc<int64_t>(blocks);
+  CUDA_CHECK(cudaMemcpy(in, h.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice));
+  TCN_LAUNCH(blocks, 256, 0, nullptr, block_sum_kernel)(out, in, n);
+  CUDA_CHECK(cudaGetLastError());
+  std::vector<int64_t> got = download(out, blocks);
+  for (int b = 0; b < blocks; ++b) {
+    int64_t want = 0;
+    for (int i = b * 256; i < std::min(n, (b + 1) * 256); ++i) want += h[i];
+    CHECK(got[b] == want);
+  }
+  CUDA_CHECK(cudaFree(in));
+  CUDA_CHECK(cudaFree(out));
+}
+
+TEST_CASE("__syncthreads_count / _and / _or reduce over the block" * doctest::skip(kNoDevice)) {
+  int* out = device_alloc<int>(3);
+  TCN_LAUNCH(1, 300, 0, nullptr, barrier_votes_kernel)(out);
+  CUDA_CHECK(cudaGetLastError());
+  CHECK(download(out, 3) == std::vector<int>{150, 1, 1});
+  CUDA_CHECK(cudaFree(out));
+}
+
+TEST_CASE("warp shuffles and votes" * doctest::skip(kNoDevice)) {
+  const int nt = 64;
+  int *sums = device_alloc<int>(2), *maxes = device_alloc<int>(nt), *bcast = device_alloc<int>(nt);
+  int *scan = device_alloc<int>(nt), *any_all = device_alloc<int>(2);
+  unsigned* ballots = device_alloc<unsigned>(2);
+  TCN_LAUNCH(1, nt, 0, nullptr, warp_kernel)(sums, maxes, bcast, scan, ballots, any_all);
+  CUDA_CHECK(cudaGetLastError());
+  auto hs = download(sums, 2), hm = download(maxes, nt), hb = download(bcast, nt), hc = download(scan, nt);
+  auto hv = download(ballots, 2);
+  auto ha = download(any_all, 2);
+  unsigned every_third = 0;
+  for (int l = 0; l < 32; l += 3) every_third |= 1u << l;
+  for (int w = 0; w < 2; ++w) {
+    int want = 0, run = 0;
+    for (int l = 0; l < 32; ++l) want += (w * 32 + l) * 3 + 1;
+    CHECK(hs[w] == want);
+    CHECK(hv[w] == every_third);
+    CHECK(ha[w] == 10);  // any(lane == 31) = 1, all(lane < 31) = 0
+    for (int l = 0; l < 32; ++l) {
+      const int t = w * 32 + l;
+      run += t * 3 + 1;
+      CHECK(hm[t] == (w * 32 + 31) * 3 + 1);
+      CHECK(hb[t] == (w * 32 + 3) * 3 + 1);
+      CHECK(hc[t] == run);
+    }
+  }
+  for (void* p : {static_cast<void*>(sums), static_cast<void*>(maxes), static_cast<void*>(bcast),
+                  static_cast<void*>(scan), static_cast<void*>(any_all), static_cast<void*>(ballots)})
+    CUDA_CHECK(cudaFree(p));
+}
+
+TEST_CASE("shuffles within a width, and with a partial mask" * doctest::skip(kNoDevice)) {
+  int* seg = device_alloc<int>(32);
+  int* half = device_alloc<int>(16);
+  TCN_LAUNCH(1, 32, 0, nullptr, warp_width_kernel)(seg, half);
+  CUDA_CHECK(cudaGetLastError());
+  auto hs = download(seg, 32), hh = download(half, 16);
+  for (int l = 0; l < 32; l += 8) CHECK(hs[l] == 8 * l + 28);  // lanes l..l+7 summed into the segment's first
+  for (int l = 0; l < 16; ++l) CHECK(hh[l] == 150);
+  CUDA_CHECK(cudaFree(seg));
+  CUDA_CHECK(cudaFree(half));
+}
+
+TEST_CASE("atomics from many blocks" * doctest::skip(kNoDevice)) {
+  float* fsum = device_alloc<float>(1);
+  unsigned long long* count = device_alloc<unsigned long long>(1);
+  int *imax = device_alloc<int>(1), *winner = device_alloc<int>(1);
+  CUDA_CHECK(cudaMemset(fsum, 0, sizeof(float)));
+  CUDA_CHECK(cudaMemset(count, 0, sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMemset(imax, 0, sizeof(int)));
+  CUDA_CHECK(cudaMemset(winner, 0xFF, sizeof(int)));  // -1
+  const int blocks = 64, threads = 128;
+  TCN_LAUNCH(blocks, threads, 0, nullptr, atomics_kernel)(fsum, count, imax, winner);
+  CUDA_CHECK(cudaGetLastError());
+  CHECK(download(fsum, 1)[0] == doctest::Approx(0.5 * blocks * threads));
+  CHECK(download(count, 1)[0] == static_cast<unsigned long long>(blocks * threads));
+  CHECK(download(imax, 1)[0] == blocks * threads - 1);
+  const int w = download(winner, 1)[0];
+  CHECK(w >= 0);
+  CHECK(w < blocks * threads);
+  for (void* p : {static_cast<void*>(fsum), static_cast<void*>(count), static_cast<void*>(imax),
+                  static_cast<void*>(winner)})
+    CUDA_CHECK(cudaFree(p));
+}
+
+TEST_CASE("dynamic shared memory and 3-D grids" * doctest::skip(kNoDevice)) {
+  float* out = device_alloc<float>(100);
+  TCN_LAUNCH(1, 100, 100 * sizeof(float), nullptr, dynamic_smem_kernel)(out);
+  CUDA_CHECK(cudaGetLastError());
+  auto h = download(out, 100);
+  for (int t = 0; t < 100; ++t) CHECK(h[t] == static_cast<float>(99 - t));
+  CUDA_CHECK(cudaFree(out));
+
+  const dim3 grid(3, 2, 2), block(4, 3, 2);
+  const int total = 12 * 24;
+  int* c = device_alloc<int>(total);
+  TCN_LAUNCH(grid, block, 0, nullptr, coords_kernel)(c);
+  CUDA_CHECK(cudaGetLastError());
+  auto hc = download(c, total);
+  int i = 0;
+  for (unsigned bz = 0; bz < 2; ++bz)
+    for (unsigned by = 0; by < 2; ++by)
+      for (unsigned bx = 0; bx < 3; ++bx)
+        for (unsigned tz = 0; tz < 2; ++tz)
+          for (unsigned ty = 0; ty < 3; ++ty)
+            for (unsigned tx = 0; tx < 4; ++tx)
+              CHECK(hc[i++] == static_cast<int>(bx * 1000000 + by * 100000 + bz * 10000 + tx * 100 + ty * 10 + tz));
+  CUDA_CHECK(cudaFree(c));
+}
+
+TEST_CASE("launch configurations are checked as the GPU checks them" * doctest::skip(kNoDevice)) {
+  int* x = device_alloc<int>(1024);
+  TCN_LAUNCH(1, 1025, 0, nullptr, add_kernel)(x, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  TCN_LAUNCH(0, 32, 0, nullptr, add_kernel)(x, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  TCN_LAUNCH(dim3(1, 65536), 32, 0, nullptr, add_kernel)(x, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  TCN_LAUNCH(1, dim3(2, 2, 65), 0, nullptr, add_kernel)(x, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  TCN_LAUNCH(1, 32, 1 << 20, nullptr, dynamic_smem_kernel)(reinterpret_cast<float*>(x));
+  CHECK(cudaGetLastError() != cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);  // those errors are not sticky
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST_CASE("streams, events and pinned copies" * doctest::skip(kNoDevice)) {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  int* pinned = nullptr;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned), 32 * sizeof(int)));
+  for (int i = 0; i < 32; ++i) pinned[i] = i;
+  int* d = device_alloc<int>(32);
+  CUDA_CHECK(cudaEventRecord(a, s));
+  CUDA_CHECK(cudaMemcpyAsync(d, pinned, 32 * sizeof(int), cudaMemcpyHostToDevice, s));
+  TCN_LAUNCH(1, 32, 0, s, add_kernel)(d, 100);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaMemcpyAsync(pinned, d, 32 * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaEventRecord(b, s));
+  CUDA_CHECK(cudaEventSynchronize(b));
+  for (int i = 0; i < 32; ++i) CHECK(pinned[i] == i + 100);
+  float ms = -1;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  CHECK(ms >= 0);
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFreeHost(pinned));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("stream capture records launches with their arguments; a graph replays them" * doctest::skip(kNoDevice)) {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  int* d = device_alloc<int>(8);
+  CUDA_CHECK(cudaMemsetAsync(d, 0, 8 * sizeof(int), s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  int v = 1;
+  TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, v);
+  v = 1000;  // parameters were copied at the launch: the graph keeps adding 1
+  TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, 2);
+  CUDA_CHECK(cudaGetLastError());
+  cudaStreamCaptureStatus status;
+  CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+  CHECK(status == cudaStreamCaptureStatusActive);
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  size_t nodes = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  CHECK(nodes == 2);
+  CHECK(download(d, 8) == std::vector<int>(8, 0));  // capturing ran nothing
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int r = 0; r < 3; ++r) CUDA_CHECK(cudaGraphLaunch(exec, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(download(d, 8) == std::vector<int>(8, 9));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("calls that CUDA forbids during capture fail and invalidate it" * doctest::skip(kNoDevice)) {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  int* d = device_alloc<int>(8);
+  std::vector<int> host(8);
+  auto forbidden = [&](const char* what, auto call) {
+    INFO(what);
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, 1);
+    CHECK(call() != cudaSuccess);
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated);
+    CHECK(graph == nullptr);
+    cudaGetLastError();
+  };
+  forbidden("cudaMalloc", [] {
+    void* p = nullptr;
+    return cudaMalloc(&p, 64);
+  });
+  forbidden("synchronous cudaMemcpy", [&] {
+    return cudaMemcpy(host.data(), d, 8 * sizeof(int), cudaMemcpyDeviceToHost);
+  });
+  forbidden("cudaStreamSynchronize", [&] { return cudaStreamSynchronize(s); });
+  forbidden("cudaDeviceSynchronize", [] { return cudaDeviceSynchronize(); });
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+#ifdef TCN_CUDA_EMU
+// ---- emulator-only: what a GPU does not promise, or would not survive -------------------------
+
+TEST_CASE("emulated: queued work runs only when the host waits for it") {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  int* pinned = nullptr;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned), 8 * sizeof(int)));
+  int* d = device_alloc<int>(8);
+  CUDA_CHECK(cudaMemsetAsync(d, 0, 8 * sizeof(int), s));
+  for (int i = 0; i < 8; ++i) pinned[i] = -7;
+  TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, 5);
+  CUDA_CHECK(cudaMemcpyAsync(pinned, d, 8 * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(pinned[0] == -7);  // read before the stream was waited for: stale, as a GPU may show
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(pinned[0] == 5);
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFreeHost(pinned));
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("emulated: counters of launches, host syncs, uploads and allocations") {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  int* d = device_alloc<int>(8);
+  std::vector<int> host(8, 1);
+  tcn::emu::reset_counters();
+  CUDA_CHECK(cudaMemcpyAsync(d, host.data(), 8 * sizeof(int), cudaMemcpyHostToDevice, s));  // pageable: staged
+  TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, 1);
+  TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, 1);
+  tcn::emu::Counters c = tcn::emu::counters();
+  CHECK(c.launches == 2);
+  CHECK(c.kernels_run == 0);  // queued, not run
+  CHECK(c.host_syncs == 0);
+  CHECK(c.pageable_uploads == 1);
+  CHECK(download(d, 8) == std::vector<int>(8, 3));
+  c = tcn::emu::counters();
+  CHECK(c.kernels_run == 2);
+  CHECK(c.host_syncs == 1);
+  CHECK(c.sync_d2h_copies == 1);
+
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  TCN_LAUNCH(1, 8, 0, s, add_kernel)(d, 1);
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  tcn::emu::reset_counters();
+  CUDA_CHECK(cudaGraphLaunch(e, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  c = tcn::emu::counters();
+  CHECK(c.launches == 0);
+  CHECK(c.graph_launches == 1);
+  CHECK(c.kernels_run == 1);
+  CHECK(c.stream_syncs == 1);
+  CHECK(c.allocations == 0);
+  CHECK(tcn::emu::format_counters(c).find("1 graph launches") != std::string::npos);
+  CUDA_CHECK(cudaGraphExecDestroy(e));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("emulated: a missing barrier is caught by some resume order") {
+  const int n = 256;
+  std::vector<int64_t> h(n, 1);
+  int64_t* in = device_alloc<int64_t>(n);
+  int64_t* out = device_alloc<int64_t>(1);
+  CUDA_CHECK(cudaMemcpy(in, h.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice));
+  const tcn::emu::Order saved = tcn::emu::order();
+  int wrong = 0;
+  for (auto o : {tcn::emu::Order::Forward, tcn::emu::Order::Reverse, tcn::emu::Order::Random}) {
+    tcn::emu::set_order(o);
+    TCN_LAUNCH(1, n, 0, nullptr, block_sum_kernel)(out, in, n);
+    CHECK(download(out, 1)[0] == n);  // the correct kernel is right in every order
+    TCN_LAUNCH(1, n, 0, nullptr, racy_block_sum_kernel)(out, in, n);
+    wrong += download(out, 1)[0] != n;
+  }
+  tcn::emu::set_order(saved);
+  CHECK(wrong >= 1);
+  CUDA_CHECK(cudaFree(in));
+  CUDA_CHECK(cudaFree(out));
+}
+
+TEST_CASE("emulated: copies are checked against where their pointers live") {
+  std::vector<float> host(16, 1.0f), back(16, 0.0f);
+  float* d = device_alloc<float>(16);
+  CHECK(cudaMemcpy(host.data(), back.data(), 16 * sizeof(float), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpy(d, host.data(), 16 * sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
+  cudaGetLastError();
+  CUDA_CHECK(cudaMemcpy(d, host.data(), 16 * sizeof(float), cudaMemcpyDefault));  // inferred: host to device
+  CUDA_CHECK(cudaMemcpy(back.data(), d, 16 * sizeof(float), cudaMemcpyDeviceToHost));
+  CHECK(back == host);
+  CUDA_CHECK(cudaFree(d));
+}
+
+TEST_CASE("emulated: out of memory is a clear error") {
+  const size_t saved = tcn::emu::memory_limit();
+  tcn::emu::set_memory_limit(size_t{1} << 20);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, size_t{2} << 20) == cudaErrorMemoryAllocation);
+  CHECK(std::string(cudaGetErrorString(cudaErrorMemoryAllocation)).find("cudaMalloc of 2097152 bytes") !=
+        std::string::npos);
+  cudaGetLastError();
+  tcn::emu::set_memory_limit(saved);
+}
+
+namespace {
+
+__global__ void trap_kernel(int* x) {
+  if (threadIdx.x == 3) __trap();
+  x[threadIdx.x] = 1;
+}
+
+__global__ void divergent_barrier_kernel(int* x) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  x[threadIdx.x] = 1;
+}
+
+__global__ void exited_lane_kernel(int* x) {
+  if (threadIdx.x == 5) return;
+  x[threadIdx.x] = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x), 0);
+}
+
+// Runs `body` in a child process; returns what it wrote to stderr, and whether
+// it died by SIGABRT.
+std::string in_child(void (*body)(), bool* aborted) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    signal(SIGABRT, SIG_DFL);  // not doctest's crash handler: the child must die of it
+    dup2(fds[1], 2);
+    close(fds[0]);
+    tcn::emu::set_threads(1);  // no OpenMP pool in a forked child
+    body();
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[512];
+  ssize_t k;
+  while ((k = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(k));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *aborted = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+  return err;
+}
+
+void run_divergent_barrier() {
+  int* d = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(int));
+  TCN_LAUNCH(1, 32, 0, nullptr, divergent_barrier_kernel)(d);
+  cudaDeviceSynchronize();
+}
+
+void run_exited_lane() {
+  int* d = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(int));
+  TCN_LAUNCH(1, 32, 0, nullptr, exited_lane_kernel)(d);
+  cudaDeviceSynchronize();
+}
+
+}  // namespace
+
+TEST_CASE("emulated: divergent barriers and deadlocked warps abort with their sites") {
+  bool aborted = false;
+  std::string err = in_child(run_divergent_barrier, &aborted);
+  CHECK(aborted);
+  CHECK(err.find("divergent __syncthreads") != std::string::npos);
+  CHECK(err.find("divergent_barrier_kernel") != std::string::npos);
+  CHECK(err.find("test_device.cu:") != std::string::npos);
+  CHECK(err.find("threads 0-15") != std::string::npos);
+
+  err = in_child(run_exited_lane, &aborted);
+  CHECK(aborted);
+  CHECK(err.find("deadlock") != std::string::npos);
+  CHECK(err.find("lane 5") != std::string::npos);
+}
+
+TEST_CASE("emulated: a host pointer passed to a kernel, and a __trap, are sticky errors") {
+  std::vector<int> host(32);
+  TCN_LAUNCH(1, 32, 0, nullptr, add_kernel)(host.data(), 1);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);  // sticky: the context is lost
+  CHECK(std::string(cudaGetErrorString(cudaErrorIllegalAddress)).find("argument 0") != std::string::npos);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 16) == cudaErrorIllegalAddress);
+  tcn::emu::clear_sticky_error();
+
+  int* d = device_alloc<int>(32);
+  TCN_LAUNCH(1, 32, 0, nullptr, trap_kernel)(d);
+  CHECK(cudaGetLastError() == cudaSuccess);  // the fault shows when the kernel runs
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  CHECK(std::string(cudaGetErrorString(cudaErrorLaunchFailure)).find("__trap() at") != std::string::npos);
+  tcn::emu::clear_sticky_error();
+  CUDA_CHECK(cudaFree(d));
+}
+#endif  // TCN_CUDA_EMU
+
+}  // TEST_SUITE
