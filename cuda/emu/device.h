@@ -99,46 +99,43 @@ inline int __syncthreads_and(int pred, std::source_location l = std::source_loca
 inline int __syncthreads_or(int pred, std::source_location l = std::source_location::current()) {
   return tcn::emu::block_barrier(tcn::emu::BarrierOp::Or, pred != 0, l.file_name(), static_cast<int>(l.line()));
 }
+namespace tcn::emu {
+template <class T>
+T shuffle(WarpOp op, unsigned mask, T v, int arg, int width, const std::source_location& l) {
+  return from_bits<T>(warp_collective(op, mask, to_bits(v), arg, width, l.file_name(), static_cast<int>(l.line())));
+}
+inline uint64_t vote(WarpOp op, unsigned mask, int pred, const std::source_location& l) {
+  return warp_collective(op, mask, pred != 0, 0, warpSize, l.file_name(), static_cast<int>(l.line()));
+}
+}  // namespace tcn::emu
+
 inline void __syncwarp(unsigned mask = 0xffffffffu, std::source_location l = std::source_location::current()) {
-  tcn::emu::warp_collective(tcn::emu::WarpOp::Sync, mask, 0, 0, warpSize, l.file_name(), static_cast<int>(l.line()));
+  tcn::emu::vote(tcn::emu::WarpOp::Sync, mask, 0, l);
 }
 template <class T>
-T __shfl_sync(unsigned mask, T v, int src, int width = warpSize,
-              std::source_location l = std::source_location::current()) {
-  return tcn::emu::from_bits<T>(tcn::emu::warp_collective(tcn::emu::WarpOp::Shfl, mask, tcn::emu::to_bits(v), src,
-                                                          width, l.file_name(), static_cast<int>(l.line())));
+T __shfl_sync(unsigned mask, T v, int src, int width = warpSize, std::source_location l = std::source_location::current()) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::Shfl, mask, v, src, width, l);
 }
 template <class T>
-T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize,
-                 std::source_location l = std::source_location::current()) {
-  return tcn::emu::from_bits<T>(tcn::emu::warp_collective(tcn::emu::WarpOp::ShflUp, mask, tcn::emu::to_bits(v),
-                                                          static_cast<int>(delta), width, l.file_name(),
-                                                          static_cast<int>(l.line())));
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize, std::source_location l = std::source_location::current()) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflUp, mask, v, static_cast<int>(delta), width, l);
 }
 template <class T>
-T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize,
-                   std::source_location l = std::source_location::current()) {
-  return tcn::emu::from_bits<T>(tcn::emu::warp_collective(tcn::emu::WarpOp::ShflDown, mask, tcn::emu::to_bits(v),
-                                                          static_cast<int>(delta), width, l.file_name(),
-                                                          static_cast<int>(l.line())));
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize, std::source_location l = std::source_location::current()) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflDown, mask, v, static_cast<int>(delta), width, l);
 }
 template <class T>
-T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize,
-                  std::source_location l = std::source_location::current()) {
-  return tcn::emu::from_bits<T>(tcn::emu::warp_collective(tcn::emu::WarpOp::ShflXor, mask, tcn::emu::to_bits(v),
-                                                          lane_mask, width, l.file_name(), static_cast<int>(l.line())));
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize, std::source_location l = std::source_location::current()) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflXor, mask, v, lane_mask, width, l);
 }
 inline unsigned __ballot_sync(unsigned mask, int pred, std::source_location l = std::source_location::current()) {
-  return static_cast<unsigned>(tcn::emu::warp_collective(tcn::emu::WarpOp::Ballot, mask, pred != 0, 0, warpSize,
-                                                         l.file_name(), static_cast<int>(l.line())));
+  return static_cast<unsigned>(tcn::emu::vote(tcn::emu::WarpOp::Ballot, mask, pred, l));
 }
 inline int __any_sync(unsigned mask, int pred, std::source_location l = std::source_location::current()) {
-  return static_cast<int>(tcn::emu::warp_collective(tcn::emu::WarpOp::Any, mask, pred != 0, 0, warpSize,
-                                                    l.file_name(), static_cast<int>(l.line())));
+  return static_cast<int>(tcn::emu::vote(tcn::emu::WarpOp::Any, mask, pred, l));
 }
 inline int __all_sync(unsigned mask, int pred, std::source_location l = std::source_location::current()) {
-  return static_cast<int>(tcn::emu::warp_collective(tcn::emu::WarpOp::All, mask, pred != 0, 0, warpSize,
-                                                    l.file_name(), static_cast<int>(l.line())));
+  return static_cast<int>(tcn::emu::vote(tcn::emu::WarpOp::All, mask, pred, l));
 }
 inline unsigned __activemask() { return tcn::emu::active_mask(); }
 [[noreturn]] inline void __trap(std::source_location l = std::source_location::current()) {
