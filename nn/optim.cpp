@@ -130,11 +130,13 @@ void Adam::step() {
       T* w = p.data<T>();
       const T* gr = g.data<T>();
       T *m = m_[i].data<T>(), *v = v_[i].data<T>();
-      const T b1 = T(beta1), b2 = T(beta2), wd = T(weight_decay);
+      // 1 - beta in double, then rounded (as PyTorch's scalar arguments, and the CUDA path):
+      // in float32, 1 - 0.999f would be 1.3e-5 off 0.001.
+      const T b1 = T(beta1), b2 = T(beta2), wd = T(weight_decay), c1 = T(1 - beta1), c2 = T(1 - beta2);
       for (int64_t k = 0; k < n; ++k) {
         T d = gr[k] + wd * w[k];
-        m[k] = b1 * m[k] + (T(1) - b1) * d;
-        v[k] = b2 * v[k] + (T(1) - b2) * d * d;
+        m[k] = b1 * m[k] + c1 * d;
+        v[k] = b2 * v[k] + c2 * (d * d);
         T denom = std::sqrt(v[k]) / T(sqrt_bc2) + T(eps);
         w[k] -= T(step_size) * m[k] / denom;
       }

@@ -105,9 +105,9 @@ SafetensorsContents load_safetensors(const std::string& path) {
   f.read(json.data(), static_cast<std::streamsize>(n));
   TCN_CHECK(f.good(), path, ": read error in the header");
 
-  nlohmann::json header;
+  nlohmann::ordered_json header;  // ordered: tensors come back in the file's order (optimizer state is positional)
   try {
-    header = nlohmann::json::parse(json);
+    header = nlohmann::ordered_json::parse(json);
   } catch (const nlohmann::json::exception& e) {
     TCN_FAIL(path, ": corrupt header (invalid JSON: ", e.what(), ")");
   }

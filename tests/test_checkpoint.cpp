@@ -8,6 +8,7 @@
 
 #include "helpers.h"
 #include "nn/models.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 using namespace tcn::nn;
@@ -52,6 +53,29 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, values and metada
   uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
   CHECK((8 + n) % 8 == 0);
+}
+
+TEST_CASE("safetensors tensors come back in file order; Adam state of more than 10 parameters reloads") {
+  TempDir dir;
+  // Names whose sorted order is not the written order (exp_avg.10 sorts before exp_avg.2).
+  NamedTensors written;
+  for (int k = 0; k < 12; ++k) written.emplace_back("exp_avg." + std::to_string(k), full({k + 1}, k));
+  written.emplace_back("a_last", scalar_tensor(1.0));
+  save_safetensors(dir.file("o.safetensors"), written);
+  SafetensorsContents c = load_safetensors(dir.file("o.safetensors"));
+  REQUIRE(c.tensors.size() == written.size());
+  for (size_t k = 0; k < written.size(); ++k) CHECK(c.tensors[k].first == written[k].first);
+  // Optimizer state is positional: a model with 12 parameters resumes its Adam moments.
+  std::vector<Tensor> params;
+  for (int k = 0; k < 12; ++k) params.push_back(full({k + 1}, 0.5).requires_grad_());
+  Adam a(params, 0.1), b(params, 0.1);
+  for (const Tensor& p : params) p.set_grad(full(p.shape(), 1.0));
+  a.step();
+  save_safetensors(dir.file("adam.safetensors"), a.state());
+  auto loaded = load_safetensors(dir.file("adam.safetensors"));
+  b.load_state(loaded.tensors);
+  auto sa = a.state(), sb = b.state();
+  for (size_t k = 0; k < sa.size(); ++k) CHECK(sb[k].second.to_vector<double>() == sa[k].second.to_vector<double>());
 }
 
 TEST_CASE("char-LM checkpoint round trip: same logits, tied weight re-tied") {

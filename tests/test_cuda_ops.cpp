@@ -3,48 +3,16 @@
 // when no GPU is usable. Tolerances: float64 relative 1e-12 (1e-10 for sums
 // and products, whose order differs), float32 relative 1e-5 (1e-4 for GEMM).
 #include "cuda/kernels.h"
+#include "cuda_compare.h"
 #include "helpers.h"
 
 using namespace tcn;
+using tcn::test::compare;
 using tcn::test::rand_tensor;
 
 namespace {
 
 const bool kNoGpu = !cuda::is_available();
-
-// Runs f on CPU leaves and on their CUDA copies; compares outputs and the
-// gradients of sum(f(...) * w). Each side runs forward and backward before the
-// other starts: backward() frees the whole tape, so a graph built before it
-// (the other side's) could no longer be differentiated.
-void compare(const std::function<Tensor(const TensorList&)>& f, const TensorList& cpu_inputs, double rtol,
-             double atol = 1e-7) {
-  TensorList cpu, gpu;
-  for (const Tensor& t : cpu_inputs) {
-    Tensor c = clone(t.detach());
-    Tensor g = c.to(Device::cuda(0));
-    if (is_floating(t.dtype())) {
-      c.requires_grad_();
-      g.requires_grad_();
-    }
-    cpu.push_back(c);
-    gpu.push_back(g);
-  }
-  Tensor yc = f(cpu);
-  Tensor w = rand_tensor(yc.shape(), 99, false, -1, 1, yc.dtype());
-  if (yc.requires_grad()) sum(mul(yc, w)).backward();
-  Tensor yg = f(gpu);
-  REQUIRE(yg.device() == Device::cuda(0));
-  CHECK_CLOSE(yg.to(Device::cpu()), yc, atol, rtol);
-  REQUIRE(yg.requires_grad() == yc.requires_grad());
-  if (yg.requires_grad()) sum(mul(yg, w.to(Device::cuda(0)))).backward();
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    if (!cpu[i].requires_grad() || !cpu[i].grad().defined()) continue;
-    INFO("gradient of input ", i);
-    REQUIRE(gpu[i].grad().defined());
-    CHECK(gpu[i].grad().device() == Device::cuda(0));
-    CHECK_CLOSE(gpu[i].grad().to(Device::cpu()), cpu[i].grad(), atol, rtol);
-  }
-}
 
 }  // namespace
 
@@ -131,6 +99,226 @@ TEST_CASE("CUDA dropout draws the CPU's masks" * doctest::skip(kNoGpu)) {
         return relu_dropout(dropout(v[0], 0.2, g), 0.4, g);
       },
       {x}, 1e-6);
+}
+
+// ---- coverage of every kernel path ---------------------------------------------------
+namespace {
+
+// int64 indices in [0, n) from a Philox stream (deterministic), of `shape`.
+Tensor rand_indices(const Shape& shape, int64_t n, uint64_t seed) {
+  Generator g(seed);
+  auto u = rand(shape, {DType::F64}, g).to_vector<double>();
+  std::vector<int64_t> v(u.size());
+  for (size_t i = 0; i < u.size(); ++i) v[i] = std::min<int64_t>(n - 1, static_cast<int64_t>(u[i] * n));
+  return from_vector<int64_t>(v, shape);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA vs CPU: long sums take the block reduction (n_red >= 1024)" * doctest::skip(kNoGpu)) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    // Both sides accumulate in double: only the order of the additions differs.
+    const double rtol = dt == DType::F32 ? 1e-5 : 1e-12;
+    Tensor x = rand_tensor({40, 50, 7}, 31, true, -1, 1, dt);  // a transposed view: strided reads
+    compare([](const TensorList& v) { return sum(v[0], {0, 1}); }, {x}, rtol);         // 7 blocks of 2000
+    compare([](const TensorList& v) { return sum(v[0]); }, {x}, rtol);                 // 1 block of 14000
+    compare([](const TensorList& v) { return sum(v[0], {0, 2}, true); }, {x}, rtol);   // 50 outputs of 280: a thread each
+    compare([](const TensorList& v) { return mean(v[0], {1, 0}); }, {x}, rtol);
+    // Right at the threshold: 1023 (one thread per output) and 1024 (one block per output).
+    for (int64_t n : {1023, 1024, 1025}) {
+      Tensor y = rand_tensor({3, n}, 32 + n, false, -1, 1, dt);
+      compare([](const TensorList& v) { return sum(v[0], {1}); }, {y}, rtol);
+      compare([](const TensorList& v) { return sum(v[0].t(), {0}, true); }, {y}, rtol);
+    }
+    // Many blocks (one per output), each reducing a non-leading dim.
+    Tensor z = rand_tensor({5, 1100, 6}, 33, false, -1, 1, dt);
+    compare([](const TensorList& v) { return sum(v[0], {1}); }, {z}, rtol);
+  }
+}
+
+TEST_CASE("CUDA full sum of 2.8M float32 elements equals the CPU's float64 sum" * doctest::skip(kNoGpu)) {
+  // The size of clipping's sum over all of a model's gradients. The kernel adds in
+  // double and rounds once to float: within 2^-24 relative of the float64 sum.
+  for (double lo : {0.0, -1.0}) {
+    Tensor x = rand_tensor({2800 * 1000}, 34, false, lo, 1.0, DType::F32);
+    double exact = 0;
+    for (double v : x.to_vector<double>()) exact += v;
+    Tensor xg = x.to(Device::cuda(0));
+    const double got = sum(xg).item();
+    INFO("lo ", lo, ": cuda ", got, " vs float64 ", exact);
+    CHECK(std::abs(got - exact) <= 1e-6 * std::abs(exact));
+    // 1400 blocks of 2000: each row's float is within one float rounding (2^-23) of the CPU's.
+    CHECK_CLOSE(sum(xg.view({1400, 2000}), {1}).to(Device::cpu()), sum(x.view({1400, 2000}), {1}), 1e-7, 1e-6);
+  }
+}
+
+TEST_CASE("CUDA vs CPU: batched GEMMs with strided and transposed operands" * doctest::skip(kNoGpu)) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
+    auto r = [dt](const Shape& s, uint64_t seed) { return rand_tensor(s, seed, false, -1, 1, dt); };
+    Tensor a = r({3, 4, 5}, 41), b = r({3, 5, 6}, 42);
+    auto bmm_f = [](const TensorList& v) { return bmm(v[0], v[1]); };
+    compare(bmm_f, {a, b}, rtol);
+    // Transposed views (CUBLAS_OP_T on either side, and both).
+    compare(bmm_f, {rand_tensor({3, 4, 5}, 43, true, -1, 1, dt), b}, rtol);
+    compare(bmm_f, {a, rand_tensor({3, 5, 6}, 44, true, -1, 1, dt)}, rtol);
+    compare(bmm_f, {rand_tensor({3, 4, 5}, 43, true, -1, 1, dt), rand_tensor({3, 5, 6}, 44, true, -1, 1, dt)},
+            rtol);
+    // The batch stride is not the largest one: [M, B, K] seen as [B, M, K] (ld = B*K, batch stride K).
+    compare([](const TensorList& v) { return bmm(v[0].transpose(0, 1), v[1].permute({2, 0, 1})); },
+            {r({4, 3, 5}, 45), r({5, 6, 3}, 46)}, rtol);
+    // Row and column vectors (M = 1, N = 1).
+    compare(bmm_f, {r({3, 1, 5}, 47), r({3, 5, 1}, 48)}, rtol);
+    compare(bmm_f, {r({3, 5, 1}, 49), r({3, 1, 4}, 50)}, rtol);
+    // matmul: broadcast batch dims (copied), a batch of one broadcast (batch stride 0), a 2-D right operand.
+    compare([](const TensorList& v) { return matmul(v[0], v[1]); }, {r({2, 3, 4, 5}, 51), r({3, 5, 6}, 52)}, rtol);
+    compare([](const TensorList& v) { return matmul(v[0], v[1]); }, {r({4, 3, 5}, 53), r({1, 5, 6}, 54)}, rtol);
+    compare([](const TensorList& v) { return matmul(v[0], v[1].t()); }, {r({2, 4, 5}, 55), r({6, 5}, 56)}, rtol);
+    compare([](const TensorList& v) { return matmul(v[0].transpose(1, 2), v[1].transpose(1, 2)); },
+            {r({4, 7, 3}, 57), r({4, 2, 7}, 58)}, rtol);
+  }
+}
+
+TEST_CASE("CUDA vs CPU: cross-entropy over more classes than a block has threads" * doctest::skip(kNoGpu)) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    // Log-sum-exp and the loss in double on both sides.
+    const double rtol = dt == DType::F32 ? 1e-5 : 1e-12;
+    for (int64_t V : {255, 256, 257, 300, 1000}) {
+      INFO("V = ", V);
+      Tensor logits = rand_tensor({37, V}, 61 + V, false, -4, 4, dt);
+      Tensor targets = rand_indices({37}, V, 62 + V);
+      compare([targets](const TensorList& v) { return cross_entropy(v[0], targets.to(v[0].device())); }, {logits},
+              rtol);
+    }
+    // One logit per row far above the rest: exp overflows (inf) unless every thread
+    // subtracts the row's true maximum, wherever in the row it sits.
+    Tensor big = rand_tensor({37, 300}, 65, false, -4, 4, dt);
+    {
+      autograd::NoGrad ng;
+      for (int64_t r = 0; r < 37; ++r) fill_(big.narrow(0, r, 1).narrow(1, (r * 89 + 5) % 300, 1), 1000.0 + r);
+    }
+    Tensor big_targets = rand_indices({37}, 300, 66);
+    compare([big_targets](const TensorList& v) { return cross_entropy(v[0], big_targets.to(v[0].device())); }, {big},
+            rtol);
+    // More rows than the mean kernel's 256 threads, from a strided [B, T, V] view.
+    Tensor logits = rand_tensor({13, 47, 300}, 63, false, -4, 4, dt);
+    Tensor targets = rand_indices({47, 13}, 300, 64);
+    compare([targets](const TensorList& v) { return cross_entropy(v[0].transpose(0, 1), targets.to(v[0].device())); },
+            {logits}, rtol);
+  }
+}
+
+TEST_CASE("CUDA vs CPU: embedding backward sorts 120k indices with many duplicates" * doctest::skip(kNoGpu)) {
+  const int64_t V = 50, D = 3;
+  Tensor idx = rand_indices({300, 400}, V - 1, 71);  // row V-1 never appears: it must stay zero
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-5 : 1e-12;
+    for (bool transposed_table : {false, true})  // a transposed table: gathered with its column stride
+      compare([idx](const TensorList& v) { return gather_rows(v[0], idx.to(v[0].device())); },
+              {rand_tensor({V, D}, 72, transposed_table, -1, 1, dt)}, rtol);
+    Tensor src = rand_tensor({300, 400, D}, 73, false, -1, 1, dt);
+    compare([idx, V](const TensorList& v) { return scatter_add_rows(v[0], idx.to(v[0].device()), V); }, {src}, rtol);
+    // Both sum each row's duplicates in index order: the same additions, bit for bit.
+    Tensor cpu = scatter_add_rows(src, idx, V), gpu = scatter_add_rows(src.to(Device::cuda(0)), idx.to(Device::cuda(0)), V);
+    CHECK(gpu.to(Device::cpu()).to_vector<double>() == cpu.to_vector<double>());
+    CHECK(cpu.narrow(0, V - 1, 1).to_vector<double>() == std::vector<double>(D, 0.0));
+  }
+}
+
+TEST_CASE("CUDA vs CPU: LSTM layer at the reference size (B 32, H 700)" * doctest::skip(kNoGpu)) {
+  const int64_t B = 32, T = 3, H = 700;
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(H));
+    compare(
+        [](const TensorList& v) {
+          auto [o, h, c] = lstm_layer(v[0], v[1], v[2], v[3]);
+          return add(o, mul(add(h, c).unsqueeze(1), 0.5));
+        },
+        {rand_tensor({B, T, 4 * H}, 81, false, -1, 1, dt), rand_tensor({4 * H, H}, 82, false, -bound, bound, dt),
+         rand_tensor({B, H}, 83, false, -1, 1, dt), rand_tensor({B, H}, 84, false, -1, 1, dt)},
+        rtol, dt == DType::F32 ? 1e-6 : 1e-7);
+  }
+}
+
+TEST_CASE("CUDA in-place multiply by a device scalar, int64 fill and dtype conversions" * doctest::skip(kNoGpu)) {
+  const Device cuda0 = Device::cuda(0);
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor x = rand_tensor({4, 6}, 91, false, -1, 1, dt);
+    Tensor s = scalar_tensor(-1.75, {dt});
+    Tensor row = rand_tensor({6}, 92, false, -1, 1, dt);
+    Tensor xc = clone(x), xg = x.to(cuda0);
+    mul_(xc, s);
+    mul_(xg, s.to(cuda0));  // the scalar stays on the device
+    CHECK(xg.to(Device::cpu()).to_vector<double>() == xc.to_vector<double>());
+    mul_(xc.t(), row.unsqueeze(1));  // into a transposed view, broadcast along its rows
+    mul_(xg.t(), row.to(cuda0).unsqueeze(1));
+    CHECK(xg.to(Device::cpu()).to_vector<double>() == xc.to_vector<double>());
+  }
+  // int64 fill, into a slice too.
+  Tensor i = zeros({5, 3}, {DType::I64, cuda0});
+  fill_(i, 7);
+  fill_(i.narrow(0, 1, 2).narrow(1, 2, 1), -3e12);
+  std::vector<int64_t> want(15, 7);
+  want[5] = want[8] = -3000000000000;
+  CHECK(i.to(Device::cpu()).to_vector<int64_t>() == want);
+  // int64 <-> float, contiguous and strided, against the CPU's conversions.
+  Tensor f = tensor({-2.7, -0.5, 0.0, 0.9, 3.99, 1e6 + 0.5, -123456.75, 2.0, 1099511627776.0}, {3, 3}, {DType::F64});
+  for (DType ft : {DType::F32, DType::F64}) {
+    Tensor fc = f.to(ft);
+    for (bool strided : {false, true}) {
+      Tensor src = strided ? fc.t() : fc;
+      Tensor cpu = src.to(DType::I64), gpu = src.to(cuda0).to(DType::I64);
+      REQUIRE(gpu.device() == cuda0);
+      CHECK(gpu.to(Device::cpu()).to_vector<int64_t>() == cpu.to_vector<int64_t>());
+      Tensor back_cpu = cpu.t().to(ft), back_gpu = gpu.t().to(ft);
+      CHECK(back_gpu.to(Device::cpu()).to_vector<double>() == back_cpu.to_vector<double>());
+    }
+  }
+  CHECK(f.to(DType::I64).to_vector<int64_t>() ==
+        std::vector<int64_t>{-2, 0, 0, 0, 3, 1000000, -123456, 2, 1099511627776});  // truncation, as static_cast
+}
+
+TEST_CASE("CUDA vs CPU: max with ties takes the first index (values, indices and the routed gradient)" *
+          doctest::skip(kNoGpu)) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    // Values on a coarse grid: every row has repeated maxima.
+    Tensor x = mul(rand_tensor({6, 9, 5}, 121, false, 0, 1, dt), 3.0).to(DType::I64).to(dt);  // 0, 1 or 2
+    for (int64_t dim : {0, 1, 2}) {
+      INFO("dim ", dim);
+      auto [vc, ic] = max(x, dim);
+      auto [vg, ig] = max(x.to(Device::cuda(0)), dim);
+      CHECK(vg.to(Device::cpu()).to_vector<double>() == vc.to_vector<double>());
+      CHECK(ig.to(Device::cpu()).to_vector<int64_t>() == ic.to_vector<int64_t>());
+      compare([dim](const TensorList& v) { return max(v[0], dim).first; }, {x}, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("CUDA vs CPU: edge shapes (one-step LSTM, empty batches, empty reductions)" * doctest::skip(kNoGpu)) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
+    auto lstm = [](const TensorList& v) {
+      auto [o, h, c] = lstm_layer(v[0], v[1], v[2], v[3]);
+      return add(o, mul(add(h, c).unsqueeze(1), 0.5));
+    };
+    // T = 1: h_prev is h0 alone (an empty slice of the outputs is concatenated to it).
+    compare(lstm,
+            {rand_tensor({3, 1, 20}, 101, false, -1, 1, dt), rand_tensor({20, 5}, 102, false, -1, 1, dt),
+             rand_tensor({3, 5}, 103, false, -1, 1, dt), rand_tensor({3, 5}, 104, false, -1, 1, dt)},
+            rtol);
+    // An empty batch: nothing to compute, on either device.
+    compare(lstm,
+            {rand_tensor({0, 4, 20}, 105, false, -1, 1, dt), rand_tensor({20, 5}, 106, false, -1, 1, dt),
+             rand_tensor({0, 5}, 107, false, -1, 1, dt), rand_tensor({0, 5}, 108, false, -1, 1, dt)},
+            rtol);
+    Tensor e = rand_tensor({0, 6}, 109, false, -1, 1, dt);
+    compare([](const TensorList& v) { return sum(v[0], {0}); }, {e}, rtol);  // sums over nothing: zeros
+    compare([](const TensorList& v) { return sum(v[0]); }, {e}, rtol);
+    compare([](const TensorList& v) { return relu(v[0]) * 2.0; }, {e}, rtol);
+    compare([](const TensorList& v) { return bmm(v[0], v[1]); },
+            {rand_tensor({2, 3, 0}, 110, false, -1, 1, dt), rand_tensor({2, 0, 4}, 111, false, -1, 1, dt)}, rtol);
+  }
 }
 
 }  // TEST_SUITE

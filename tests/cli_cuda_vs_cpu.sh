@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `charlm train --device cuda` against `--device cpu` through the command line:
+# both models, dropout on, 5 steps on a tiny corpus made here; the printed losses
+# (stdout, 3 decimals) and the metrics CSV's (6 decimals) must agree within
+# 1e-4 relative plus half a unit of the last printed digit.
+# Usage: cli_cuda_vs_cpu.sh CHARLM. Exit 77 (ctest: skipped) when no GPU is usable.
+set -euo pipefail
+charlm=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# Deterministic pseudo-text: random words, one file per split.
+make_text() {  # n seed
+  awk -v n="$1" -v seed="$2" 'BEGIN {
+    srand(seed); k = split("the |cat |sat |on |a |mat |and |dog\n|ran ", w, "|"); s = "";
+    while (length(s) < n) s = s w[1 + int(rand() * k)];
+    printf "%s", substr(s, 1, n) }'
+}
+make_text 3000 1 > "$dir/ptb.train.txt"
+make_text 600 2 > "$dir/ptb.valid.txt"
+make_text 600 3 > "$dir/ptb.test.txt"
+
+flags=(--batch_size 4 --seq_len 64 --validseqlen 48 --emsize 8 --nhid 16 --levels 2 --dropout 0.2
+       --emb_dropout 0.2 --clip 0.15 --max_steps 5 --log-interval 1 --eval_batches 1 --eval_batch_size 2
+       --data "$dir")
+
+# Two lists of numbers, one per line: same length (5), each pair within tolerance.
+compare() {  # file_a file_b abs_tol what
+  paste "$1" "$2" | awk -v tol="$3" -v what="$4" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = $2 < 0 ? -$2 : $2;
+      if (d > 1e-4 * r + tol) { printf "%s: step %d: cuda %s vs cpu %s\n", what, n, $1, $2; bad = 1 } }
+    END { if (n != 5) { printf "%s: %d losses, expected 5\n", what, n; bad = 1 }; exit bad }'
+}
+
+status=0
+for model in tcn lstm; do
+  for dev in cpu cuda; do
+    if ! "$charlm" train --model "$model" --device "$dev" --metrics "$dir/$model-$dev.csv" "${flags[@]}" \
+        > "$dir/$model-$dev.out" 2> "$dir/$model-$dev.err"; then
+      if [ "$dev" = cuda ] && grep -q "no usable GPU" "$dir/$model-$dev.err"; then
+        echo "skipped: $(cat "$dir/$model-$dev.err")"
+        exit 77
+      fi
+      echo "charlm train --model $model --device $dev failed:"
+      cat "$dir/$model-$dev.err"
+      exit 1
+    fi
+    # "| epoch   1 |     1/    6 batches | ... | loss 2.197 | bpc 3.170": the loss field.
+    sed -n 's/.*| loss \([0-9.]*\) |.*/\1/p' "$dir/$model-$dev.out" > "$dir/$model-$dev.printed"
+    awk -F, '$1 == "train" { print $5 }' "$dir/$model-$dev.csv" > "$dir/$model-$dev.logged"
+  done
+  echo "$model losses (cuda, cpu):"
+  paste "$dir/$model-cuda.logged" "$dir/$model-cpu.logged"
+  compare "$dir/$model-cuda.printed" "$dir/$model-cpu.printed" 0.0005 "$model printed" || status=1
+  compare "$dir/$model-cuda.logged" "$dir/$model-cpu.logged" 0.0000005 "$model metrics CSV" || status=1
+done
+exit $status

@@ -1,0 +1,62 @@
+// CUDA-vs-CPU comparison helper shared by the CUDA test files: runs a function
+// on CPU leaves and on their CUDA copies and compares values and gradients.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "helpers.h"
+
+namespace tcn::test {
+
+// A copy of t on `device` with t's layout: a dense buffer whose dims are laid
+// out in the order of t's strides (a transposed view stays a transposed view),
+// detached, so it can be a leaf. Device copies alone would make every input
+// contiguous, and the kernels' strided paths would go untested.
+inline Tensor copy_with_layout(const Tensor& t, Device device) {
+  std::vector<int64_t> perm(t.dim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  std::vector<int64_t> inv(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) inv[perm[i]] = i;
+  Tensor dense = clone(t.detach().permute(perm)).to(device);
+  return dense.permute(inv).detach();
+}
+
+// Runs f on CPU leaves and on their CUDA copies (both with the inputs' layouts); compares outputs and the
+// gradients of sum(f(...) * w). Each side runs forward and backward before the
+// other starts: backward() frees the whole tape, so a graph built before it
+// (the other side's) could no longer be differentiated.
+inline void compare(const std::function<Tensor(const TensorList&)>& f, const TensorList& cpu_inputs, double rtol,
+                    double atol = 1e-7) {
+  TensorList cpu, gpu;
+  for (const Tensor& t : cpu_inputs) {
+    Tensor c = copy_with_layout(t, Device::cpu());
+    Tensor g = copy_with_layout(t, Device::cuda(0));
+    REQUIRE(g.strides() == c.strides());
+    if (is_floating(t.dtype())) {
+      c.requires_grad_();
+      g.requires_grad_();
+    }
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  Tensor yc = f(cpu);
+  Tensor w = rand_tensor(yc.shape(), 99, false, -1, 1, yc.dtype());
+  if (yc.requires_grad()) sum(mul(yc, w)).backward();
+  Tensor yg = f(gpu);
+  REQUIRE(yg.device() == Device::cuda(0));
+  CHECK_CLOSE(yg.to(Device::cpu()), yc, atol, rtol);
+  REQUIRE(yg.requires_grad() == yc.requires_grad());
+  if (yg.requires_grad()) sum(mul(yg, w.to(Device::cuda(0)))).backward();
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (!cpu[i].requires_grad() || !cpu[i].grad().defined()) continue;
+    INFO("gradient of input ", i);
+    REQUIRE(gpu[i].grad().defined());
+    CHECK(gpu[i].grad().device() == Device::cuda(0));
+    CHECK_CLOSE(gpu[i].grad().to(Device::cpu()), cpu[i].grad(), atol, rtol);
+  }
+}
+
+}  // namespace tcn::test

@@ -1,0 +1,373 @@
+// CUDA against the CPU one level up from tests/test_cuda_ops.cpp: optimizers and
+// clipping, weight-normed layers, whole models moved with Module::to, checkpoints
+// written from CUDA parameters, and the first training losses of the trainer.
+// Skipped, and reported as skipped, when no GPU is usable (real or emulated).
+// Tolerances: float64 relative 1e-12 (1e-10 where GEMMs sum in another order),
+// float32 relative 1e-5 (1e-4 where GEMMs are involved).
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <tuple>
+
+#include "cuda_compare.h"
+#include "helpers.h"
+#include "nn/optim.h"
+#include "train.h"
+
+using namespace tcn;
+using tcn::test::rand_tensor;
+using tcn::test::TempDir;
+
+namespace {
+
+const Device kCuda = Device::cuda(0);
+
+// Deterministic pseudo-text (as tests/test_charlm.cpp): random words from a small list.
+std::string synthetic_text(size_t n, uint64_t seed) {
+  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog\n", "ran "};
+  std::string s;
+  Generator g(seed);
+  auto u = rand({static_cast<int64_t>(n)}, {DType::F64}, g).to_vector<double>();
+  for (size_t i = 0; s.size() < n; ++i) s += words[static_cast<size_t>(u[i % n] * words.size())];
+  return s.substr(0, n);
+}
+
+void write_corpus(const TempDir& d) {
+  for (auto [name, n, seed] : {std::tuple{"ptb.train.txt", 3000, 1}, {"ptb.valid.txt", 600, 2}, {"ptb.test.txt", 600, 3}}) {
+    std::ofstream f(d.file(name), std::ios::binary);
+    f << synthetic_text(n, seed);
+  }
+}
+
+// The parameters of a module, each compared with its counterpart.
+void check_params_close(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu, double atol, double rtol,
+                        const char* what) {
+  REQUIRE(gpu.size() == cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    INFO(what, " ", i, " ", cpu[i].shape());
+    REQUIRE(gpu[i].device() == kCuda);
+    CHECK_CLOSE(gpu[i].to(Device::cpu()), cpu[i], atol, rtol);
+  }
+}
+
+std::vector<Tensor> grads(const std::vector<Tensor>& params) {
+  std::vector<Tensor> g;
+  for (const Tensor& p : params) {
+    REQUIRE(p.grad().defined());
+    g.push_back(p.grad());
+  }
+  return g;
+}
+
+// The same model built twice from one seed, the second moved to CUDA; a forward
+// and backward on each (dropout on: both draw the same masks), then the loss,
+// the logits and every parameter's gradient compared.
+void compare_models(nn::CharLM& cpu, nn::CharLM& gpu, int64_t vocab, double rtol, double atol) {
+  gpu.to(kCuda);
+  for (const Tensor& p : gpu.parameters()) REQUIRE(p.device() == kCuda);
+  Generator g(7);
+  Tensor tokens = rand({4, 30}, {DType::F64}, g);
+  std::vector<int64_t> ids;
+  for (double u : tokens.to_vector<double>()) ids.push_back(std::min<int64_t>(vocab - 1, static_cast<int64_t>(u * vocab)));
+  Tensor inp = from_vector<int64_t>(ids, {4, 30});
+  Tensor tgt = from_vector<int64_t>(std::vector<int64_t>(ids.rbegin(), ids.rend()), {4, 30}).narrow(1, 10, 20);
+  for (bool training : {true, false}) {
+    INFO("training ", training);
+    cpu.train(training);
+    gpu.train(training);
+    cpu.zero_grad();
+    gpu.zero_grad();
+    // Each side's forward and backward before the other's: backward() frees the whole tape.
+    Tensor lc = cpu.forward(inp, 20);
+    Tensor loss_c = cross_entropy(lc, tgt);
+    loss_c.backward();
+    Tensor lg = gpu.forward(inp.to(kCuda), 20);
+    REQUIRE(lg.device() == kCuda);
+    Tensor loss_g = cross_entropy(lg, tgt.contiguous().to(kCuda));
+    loss_g.backward();
+    CHECK_CLOSE(lg.detach().to(Device::cpu()), lc.detach(), atol, rtol);
+    CHECK(std::abs(loss_g.item() - loss_c.item()) <= rtol * std::abs(loss_c.item()));
+    check_params_close(grads(gpu.parameters()), grads(cpu.parameters()), atol, rtol, "gradient of parameter");
+    CHECK(cpu.dropout_generator().offset() == gpu.dropout_generator().offset());
+  }
+}
+
+// "train,epoch,step,lr,loss" rows of a metrics CSV: the step and the loss.
+std::vector<std::pair<int64_t, double>> train_losses(const std::string& csv) {
+  std::ifstream f(csv);
+  std::vector<std::pair<int64_t, double>> rows;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("train,", 0) != 0) continue;
+    std::stringstream ss(line);
+    std::vector<std::string> fields;
+    for (std::string field; std::getline(ss, field, ',');) fields.push_back(field);
+    REQUIRE(fields.size() >= 5);
+    rows.emplace_back(std::stoll(fields[2]), std::stod(fields[4]));
+  }
+  return rows;
+}
+
+charlm::TrainOptions small_train_options(const TempDir& d, const std::string& model, const std::string& device) {
+  charlm::TrainOptions o;
+  o.model = model;
+  o.batch_size = 4;
+  o.seq_len = 64;
+  o.validseqlen = 48;
+  o.emsize = 8;
+  o.nhid = 16;
+  o.levels = 2;
+  o.dropout = 0.2;  // dropout on: the CUDA masks must be the CPU's
+  o.emb_dropout = 0.2;
+  o.lr = model == "lstm" ? 2.0 : 1.0;
+  o.clip = 0.15;  // active: clipping scales every step
+  o.max_steps = 5;
+  o.log_interval = 1;
+  o.device = device;
+  o.data = d.str();
+  o.eval_batch_size = 2;
+  o.eval_batches = 1;
+  o.quiet = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+
+TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, step by step" *
+          doctest::skip(!cuda::is_available())) {
+  struct Setup {
+    const char* name;
+    double clip;  // <= 0: no clipping
+    std::function<std::unique_ptr<nn::Optimizer>(std::vector<Tensor>)> make;
+  };
+  const std::vector<Setup> setups = {
+      {"SGD", 0, [](auto p) { return std::make_unique<nn::SGD>(p, 0.3); }},
+      {"SGD momentum + weight decay, clipped", 0.05,
+       [](auto p) { return std::make_unique<nn::SGD>(p, 0.3, 0.9, 0.01); }},
+      {"SGD momentum, clip inactive", 100, [](auto p) { return std::make_unique<nn::SGD>(p, 0.3, 0.5); }},
+      {"Adam", 0, [](auto p) { return std::make_unique<nn::Adam>(p, 0.05); }},
+      {"Adam weight decay, clipped", 0.05,
+       [](auto p) { return std::make_unique<nn::Adam>(p, 0.05, 0.8, 0.99, 1e-8, 0.02); }},
+  };
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-5 : 1e-12, atol = dt == DType::F32 ? 1e-6 : 1e-12;
+    for (const Setup& s : setups) {
+      INFO(std::string(s.name), ", ", dt);
+      const std::vector<Shape> shapes = {{5, 7}, {13}, {3, 4, 2}, {6}};
+      std::vector<Tensor> pc, pg, w;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        Tensor t = rand_tensor(shapes[i], 100 + i, false, -1, 1, dt);
+        pc.push_back(clone(t).requires_grad_());
+        pg.push_back(t.to(kCuda).requires_grad_());
+        w.push_back(rand_tensor(shapes[i], 200 + i, false, -2, 2, dt));
+      }
+      auto oc = s.make(pc), og = s.make(pg);
+      for (int step = 0; step < 5; ++step) {
+        INFO("step ", step);
+        double norms[2] = {0, 0};
+        for (int side = 0; side < 2; ++side) {
+          const std::vector<Tensor>& p = side == 0 ? pc : pg;
+          nn::Optimizer& opt = side == 0 ? *oc : *og;
+          opt.zero_grad();
+          Tensor loss;
+          // The last parameter gets a gradient only on odd steps: optimizers skip it otherwise.
+          for (size_t i = 0; i < p.size(); ++i) {
+            if (i == 3 && step % 2 == 0) continue;
+            Tensor term = sum(mul(tanh(p[i]), w[i].to(p[i].device())));
+            loss = loss.defined() ? add(loss, term) : term;
+          }
+          loss.backward();
+          if (s.clip > 0) {
+            Tensor norm = nn::clip_grad_norm_(p, s.clip);
+            CHECK(norm.device() == p[0].device());
+            norms[side] = norm.item();
+          }
+          opt.step();
+        }
+        CHECK(std::abs(norms[1] - norms[0]) <= rtol * std::abs(norms[0]));
+        check_params_close(pg, pc, atol, rtol, "parameter");
+        auto sc = oc->state(), sg = og->state();
+        REQUIRE(sc.size() == sg.size());
+        for (size_t k = 0; k < sc.size(); ++k) {
+          INFO("state ", sc[k].first);
+          CHECK(sg[k].first == sc[k].first);
+          CHECK_CLOSE(sg[k].second.to(Device::cpu()), sc[k].second, atol, rtol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA vs CPU: weight-normed Conv1d and Linear, forward and backward" * doctest::skip(!cuda::is_available())) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
+    for (bool causal : {true, false}) {
+      INFO("causal ", causal, ", ", dt);
+      Generator g1(11), g2(11);
+      nn::Conv1d::Options o{.dilation = 2, .causal = causal, .bias = true, .weight_norm = true};
+      nn::Conv1d cc(6, 4, 3, g1, o), cg(6, 4, 3, g2, o);
+      nn::Linear::Options lo{.bias = true, .weight_norm = true};
+      nn::Linear lc(4, 5, g1, lo), lg(4, 5, g2, lo);
+      cc.to(dt);
+      cg.to(dt);
+      lc.to(dt);
+      lg.to(dt);
+      cg.to(kCuda);
+      lg.to(kCuda);
+      REQUIRE(cc.weight_g.defined());
+      REQUIRE(lg.weight_v.device() == kCuda);
+      Tensor x = rand_tensor({2, 11, 6}, 12, false, -1, 1, dt);
+      Tensor xc = clone(x).requires_grad_(), xg = x.to(kCuda).requires_grad_();
+      Tensor yc = lc.forward(cc.forward(xc));
+      Tensor w = rand_tensor(yc.shape(), 13, false, -1, 1, dt);
+      sum(mul(yc, w)).backward();
+      Tensor yg = lg.forward(cg.forward(xg));
+      sum(mul(yg, w.to(kCuda))).backward();
+      CHECK_CLOSE(yg.detach().to(Device::cpu()), yc.detach(), 1e-7, rtol);
+      CHECK_CLOSE(xg.grad().to(Device::cpu()), xc.grad(), 1e-7, rtol);
+      check_params_close(grads(cg.parameters()), grads(cc.parameters()), 1e-7, rtol, "conv gradient");
+      check_params_close(grads(lg.parameters()), grads(lc.parameters()), 1e-7, rtol, "linear gradient");
+      CHECK_CLOSE(cg.effective_weight().to(Device::cpu()), cc.effective_weight(), 1e-7, rtol);
+    }
+  }
+}
+
+TEST_CASE("CUDA vs CPU: nn::LSTM at the reference size (B 32, H 700, emsize 100) with a given state" *
+          doctest::skip(!cuda::is_available())) {
+  const int64_t B = 32, T = 4, E = 100, H = 700;
+  Generator g1(41), g2(41);
+  nn::LSTM cpu(E, H, 1, g1), gpu(E, H, 1, g2);
+  gpu.to(kCuda);
+  Tensor x = rand_tensor({B, T, E}, 42, false, -1, 1, DType::F32);
+  Tensor h0 = rand_tensor({1, B, H}, 43, false, -1, 1, DType::F32), c0 = rand_tensor({1, B, H}, 44, false, -1, 1, DType::F32);
+  Tensor w = rand_tensor({B, T, H}, 45, false, -1, 1, DType::F32);
+  Tensor wh = rand_tensor({1, B, H}, 46, false, -1, 1, DType::F32);
+  auto run = [&](nn::LSTM& m, Device dev) {
+    Tensor xd = x.detach().to(dev).requires_grad_(), hd = h0.detach().to(dev).requires_grad_();
+    Tensor cd = c0.detach().to(dev).requires_grad_();
+    auto [out, st] = m.forward(xd, nn::LSTM::State{hd, cd});
+    add(sum(mul(out, w.to(dev))), sum(mul(add(st.h, st.c), wh.to(dev)))).backward();
+    return std::vector<Tensor>{out.detach(), st.h.detach(), st.c.detach(), xd.grad(), hd.grad(), cd.grad()};
+  };
+  auto rc = run(cpu, Device::cpu()), rg = run(gpu, kCuda);
+  const char* names[] = {"output", "h_n", "c_n", "dx", "dh0", "dc0"};
+  for (size_t i = 0; i < rc.size(); ++i) {
+    INFO(names[i]);
+    CHECK_CLOSE(rg[i].to(Device::cpu()), rc[i], 1e-6, 1e-4);
+  }
+  check_params_close(grads(gpu.parameters()), grads(cpu.parameters()), 1e-6, 1e-4, "gradient of parameter");
+}
+
+TEST_CASE("CUDA vs CPU: whole char-LMs moved with Module::to, forward and backward" *
+          doctest::skip(!cuda::is_available())) {
+  {
+    INFO("tcn");
+    nn::TCNConfig cfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .levels = 2, .ksize = 3, .dropout = 0.2,
+                      .emb_dropout = 0.2};
+    nn::TCNCharLM cpu(cfg, 21), gpu(cfg, 21);
+    // float32: 1e-4 relative (GEMMs), 1e-6 absolute for gradients near zero.
+    compare_models(cpu, gpu, cfg.vocab_size, 1e-4, 1e-6);
+    CHECK(gpu.decoder->weight.shares_storage(gpu.encoder->weight));  // still tied after the move
+  }
+  {
+    INFO("lstm");
+    nn::LSTMConfig cfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .layers = 2, .dropout = 0.2, .emb_dropout = 0.2};
+    nn::LSTMCharLM cpu(cfg, 22), gpu(cfg, 22);
+    compare_models(cpu, gpu, cfg.vocab_size, 1e-4, 1e-6);
+  }
+}
+
+TEST_CASE("a checkpoint saved from CUDA parameters loads back equal (CPU and CUDA models, optimizer state)" *
+          doctest::skip(!cuda::is_available())) {
+  TempDir d;
+  nn::TCNConfig cfg{.vocab_size = 5, .emsize = 6, .nhid = 7, .levels = 2, .ksize = 3};
+  const std::vector<std::string> vocab = {"\n", " ", "a", "b", "c"};
+  nn::TCNCharLM m(cfg, 31);
+  m.to(kCuda);
+  nn::SGD opt(m.parameters(), 0.5, 0.9);
+  Tensor tokens = from_vector<int64_t>({0, 1, 2, 3, 4, 4, 3, 2, 1, 0, 2, 2, 1, 3}, {2, 7}).to(kCuda);
+  cross_entropy(m.forward(tokens), tokens).backward();  // one step: momentum buffers hold something
+  opt.step();
+  nn::NamedTensors extra;
+  for (auto& [name, t] : opt.state()) extra.emplace_back("optim." + name, t);
+  nn::save_char_lm(d.file("m.safetensors"), m, vocab, {{"note", "from cuda"}}, extra);
+
+  auto loaded = nn::load_char_lm(d.file("m.safetensors"), "optim.");
+  CHECK(loaded.vocab == vocab);
+  CHECK(loaded.file.metadata.at("note") == "from cuda");
+  auto want = m.named_parameters(), got = loaded.model->named_parameters();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(got[i].first == want[i].first);
+    CHECK(got[i].second.device() == Device::cpu());
+    CHECK(got[i].second.to_vector<float>() == want[i].second.to(Device::cpu()).to_vector<float>());
+  }
+  // Into a model that already lives on CUDA (load_module copies host -> device), and its optimizer.
+  nn::TCNCharLM m2(cfg, 99);
+  m2.to(kCuda);
+  nn::load_module(loaded.file, m2, "optim.");
+  nn::SGD opt2(m2.parameters(), 0.5, 0.9);
+  nn::NamedTensors ostate;
+  for (auto& [name, t] : loaded.file.tensors)
+    if (name.rfind("optim.", 0) == 0) ostate.emplace_back(name.substr(6), t);
+  opt2.load_state(ostate);
+  auto p2 = m2.named_parameters();
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(p2[i].second.device() == kCuda);
+    CHECK(p2[i].second.to(Device::cpu()).to_vector<float>() == want[i].second.to(Device::cpu()).to_vector<float>());
+  }
+  auto s1 = opt.state(), s2 = opt2.state();
+  REQUIRE(s1.size() == s2.size());
+  for (size_t i = 0; i < s1.size(); ++i) {
+    INFO(s1[i].first);
+    CHECK(s2[i].second.device() == s1[i].second.device());
+    CHECK(s2[i].second.to(Device::cpu()).to_vector<double>() == s1[i].second.to(Device::cpu()).to_vector<double>());
+  }
+}
+
+TEST_CASE("charlm on CUDA: the first 5 losses equal the CPU's, and a resumed CUDA run continues exactly" *
+          doctest::skip(!cuda::is_available())) {
+  TempDir d;
+  write_corpus(d);
+  for (const char* model : {"tcn", "lstm"}) {
+    INFO("model ", model);
+    charlm::TrainOptions cpu = small_train_options(d, model, "cpu"), gpu = small_train_options(d, model, "cuda");
+    cpu.metrics = d.file(std::string(model) + "_cpu.csv");
+    gpu.metrics = d.file(std::string(model) + "_gpu.csv");
+    gpu.save = d.file(std::string(model) + "_gpu.safetensors");
+    REQUIRE(charlm::run_train(cpu) == 0);
+    REQUIRE(charlm::run_train(gpu) == 0);
+    auto lc = train_losses(cpu.metrics), lg = train_losses(gpu.metrics);
+    REQUIRE(lc.size() == 5);
+    REQUIRE(lg.size() == 5);
+    for (size_t i = 0; i < lc.size(); ++i) {
+      INFO("step ", lc[i].first, ": cpu ", lc[i].second, " cuda ", lg[i].second);
+      CHECK(lg[i].first == lc[i].first);
+      // 1e-4 relative: float32 GEMMs in another order, five steps deep (the CSV keeps 6 decimals).
+      CHECK(std::abs(lg[i].second - lc[i].second) <= 1e-4 * std::abs(lc[i].second));
+    }
+    // Resume on CUDA from a checkpoint written by a CUDA run after 2 steps: the same losses, bit for bit.
+    charlm::TrainOptions first = gpu, second = gpu;
+    first.max_steps = 2;
+    first.save = d.file(std::string(model) + "_part.safetensors");
+    first.metrics = d.file(std::string(model) + "_part.csv");
+    REQUIRE(charlm::run_train(first) == 0);
+    second.save = first.save;
+    second.metrics = first.metrics;
+    second.resume = d.file(std::string(model) + "_part.last.safetensors");
+    REQUIRE(charlm::run_train(second) == 0);
+    auto lr = train_losses(first.metrics);
+    REQUIRE(lr.size() == 5);
+    for (size_t i = 0; i < lr.size(); ++i) CHECK(lr[i] == lg[i]);
+    auto full = nn::load_char_lm(d.file(std::string(model) + "_gpu.last.safetensors"), "optim.");
+    auto resumed = nn::load_char_lm(d.file(std::string(model) + "_part.last.safetensors"), "optim.");
+    auto na = full.model->named_parameters(), nb = resumed.model->named_parameters();
+    REQUIRE(na.size() == nb.size());
+    for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
+  }
+}
+
+}  // TEST_SUITE
