@@ -265,7 +265,7 @@ int classify(const void* p, size_t n, std::string* detail) {
   --it;
   const Region& r = it->second;
   const char* c = static_cast<const char*>(p);
-  if (c >= r.base + r.size && !(r.size == 0 && c == r.base)) return 0;
+  if (c > r.base + r.size || (c == r.base + r.size && n > 0)) return 0;  // one past the end is a valid empty range
   if (static_cast<size_t>(c - r.base) + n > r.size) {
     std::ostringstream o;
     o << n << " bytes at " << p << " run past the end of its " << (r.kind == 1 ? "device" : "pinned")
