@@ -1,11 +1,15 @@
 // The char-LM trainer: data preparation as the reference, exact resume,
 // incremental generation against full recompute, and every bad input.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "bench.h"
 #include "data.h"
 #include "generate.h"
 #include "helpers.h"
@@ -71,6 +75,43 @@ std::vector<std::string> loss_rows(const std::string& csv) {
     rows.push_back(kept);
   }
   return rows;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Copies the safetensors file `src` to `dst` with its __metadata__ edited by
+// `edit` (the header format of nn/safetensors.h: 8-byte little-endian length,
+// JSON, data; the data offsets are relative to the data, so they stay valid).
+void rewrite_metadata(const std::string& src, const std::string& dst,
+                      const std::function<void(nlohmann::json& meta)>& edit) {
+  const std::string bytes = read_bytes(src);
+  REQUIRE(bytes.size() >= 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  REQUIRE(8 + n <= bytes.size());
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  edit(header["__metadata__"]);
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  write(dst, out + h + bytes.substr(8 + n));
+}
+
+// The same, editing one field of the JSON held in metadata[key].
+void rewrite_field(const std::string& src, const std::string& dst, const std::string& key,
+                   const std::string& field, const nlohmann::json& value) {
+  rewrite_metadata(src, dst, [&](nlohmann::json& meta) {
+    nlohmann::json j = nlohmann::json::parse(meta.at(key).get<std::string>());
+    if (value.is_discarded()) j.erase(field);
+    else j[field] = value;
+    meta[key] = j.dump();
+  });
 }
 
 }  // namespace
@@ -268,6 +309,212 @@ TEST_CASE("eval reports bpc and rejects text outside the vocabulary") {
   CHECK(run_eval(e) == 0);
   write(d.file("ptb.test.txt"), "cat#cat" + synthetic_text(500, 9));
   CHECK_ERROR(run_eval(e), "character '#' at offset 3 is not in the model's vocabulary");
+}
+
+TEST_CASE("Adam: a resumed run continues exactly, as SGD does") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions full = small_options(d);
+  full.optim = "Adam";
+  full.lr = 0.01;
+  full.max_steps = 12;  // crosses an epoch end
+  full.save = d.file("full.safetensors");
+  full.metrics = d.file("full.csv");
+  REQUIRE(run_train(full) == 0);
+
+  TrainOptions first = full;
+  first.max_steps = 3;
+  first.save = d.file("part.safetensors");
+  first.metrics = d.file("part.csv");
+  REQUIRE(run_train(first) == 0);
+  TrainOptions second = first;
+  second.max_steps = 12;
+  second.resume = d.file("part.last.safetensors");
+  REQUIRE(run_train(second) == 0);
+
+  auto a = loss_rows(full.metrics), b = loss_rows(first.metrics);
+  REQUIRE(a.size() == 12);
+  CHECK(b == a);
+  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), "optim.");
+  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), "optim.");
+  auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
+  REQUIRE(na.size() == nb.size());
+  for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
+  // The Adam moments agree too.
+  auto fa = nn::load_safetensors(d.file("full.last.safetensors"));
+  auto fb = nn::load_safetensors(d.file("part.last.safetensors"));
+  int moments = 0;
+  for (auto& [name, t] : fa.tensors)
+    if (name.rfind("optim.", 0) == 0) {
+      ++moments;
+      CHECK_MESSAGE(t.to_vector<double>() == fb.at(name).to_vector<double>(), name);
+    }
+  CHECK(moments > 0);
+}
+
+TEST_CASE("resume range-checks the checkpoint's train_state and requires the same batch_size, seq_len, validseqlen") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions o = small_options(d);
+  o.max_steps = 3;
+  o.save = d.file("m.safetensors");
+  o.metrics = d.file("m.csv");
+  REQUIRE(run_train(o) == 0);
+  const std::string good = d.file("m.last.safetensors"), bad = d.file("bad.safetensors");
+  const std::string csv_before = read_bytes(o.metrics), good_before = read_bytes(good);
+  TrainOptions r = o;
+  r.max_steps = 5;
+  r.resume = bad;
+  const int64_t nwin = static_cast<int64_t>(windows(6000 / 4, o.seq_len, o.validseqlen).size());
+  const std::string range = "[0, " + std::to_string(nwin) + "]";
+  const nlohmann::json erase = nlohmann::json(nlohmann::json::value_t::discarded);
+  struct Case {
+    const char* key;
+    const char* field;
+    nlohmann::json value;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"train_state", "next_batch", -5, "train_state.next_batch must be in " + range + ", got -5"},
+      {"train_state", "next_batch", -100000000, "train_state.next_batch must be in " + range + ", got -100000000"},
+      {"train_state", "next_batch", nwin + 1, "train_state.next_batch must be in " + range},
+      {"train_state", "next_batch", 1.5, "train_state.next_batch must be an integer, got 1.5"},
+      {"train_state", "next_batch", erase, "train_state has no \"next_batch\""},
+      {"train_state", "epoch", 0, "train_state.epoch must be in [1, 1000001], got 0"},
+      {"train_state", "epoch", "1", "train_state.epoch must be an integer, got \"1\""},
+      {"train_state", "step", -1, "train_state.step must be in [0, 1000000000000], got -1"},
+      {"train_state", "step", 18446744073709551615ull, "train_state.step must be in [0, 1000000000000]"},
+      {"train_state", "lr", -4.0, "train_state.lr must be a number in (0, 1e+30], got -4.0"},
+      {"train_state", "lr", nullptr, "train_state.lr must be a number in (0, 1e+30], got null"},
+      {"train_state", "best_vloss", -1.0, "train_state.best_vloss must be null or a finite number >= 0"},
+      {"train_state", "vlosses", nlohmann::json::array({1.0, "x"}), "train_state.vlosses must hold finite numbers"},
+      {"train_state", "vlosses", 3, "train_state.vlosses must be an array"},
+      {"train_state", "dropout_seed", -3, "train_state.dropout_seed must be an integer in [0, 2^64 - 1], got -3"},
+      {"train_options", "batch_size", 8, "the checkpoint was trained with --batch_size 8, this run has --batch_size 4"},
+      {"train_options", "seq_len", 50, "the checkpoint was trained with --seq_len 50, this run has --seq_len 40"},
+      {"train_options", "validseqlen", 20,
+       "the checkpoint was trained with --validseqlen 20, this run has --validseqlen 30"},
+      {"train_options", "optim", "Adam", "the checkpoint was trained with --optim Adam, this run has --optim SGD"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key, ".", c.field, " = ", c.value.dump());
+    rewrite_field(good, bad, c.key, c.field, c.value);
+    CHECK_ERROR(run_train(r), ("--resume " + bad + ": " + c.expected).c_str());
+  }
+  // A different flag than the checkpoint was trained with: both values named.
+  TrainOptions f = o;
+  f.resume = good;
+  f.batch_size = 2;
+  CHECK_ERROR(run_train(f), "the checkpoint was trained with --batch_size 4, this run has --batch_size 2");
+  f = o;
+  f.resume = good;
+  f.validseqlen = 20;
+  CHECK_ERROR(run_train(f), "the checkpoint was trained with --validseqlen 30, this run has --validseqlen 20");
+  // train_state or train_options missing (e.g. a weights-only file), or not JSON: said in words.
+  for (const char* key : {"train_state", "train_options"}) {
+    rewrite_metadata(good, bad, [&](nlohmann::json& meta) { meta.erase(key); });
+    CHECK_ERROR(run_train(r), ("--resume " + bad + ": the checkpoint has no " + key).c_str());
+    rewrite_metadata(good, bad, [&](nlohmann::json& meta) { meta[key] = "{not json"; });
+    CHECK_ERROR(run_train(r), ("--resume " + bad + ": " + key + " is not valid JSON").c_str());
+  }
+  // None of the failures touched the run's files; the real checkpoint still resumes.
+  CHECK(read_bytes(o.metrics) == csv_before);
+  CHECK(read_bytes(good) == good_before);
+  r.resume = good;
+  CHECK(run_train(r) == 0);
+}
+
+TEST_CASE("data files and checkpoints: a FIFO, a device or a directory is refused before reading") {
+  TempDir d;
+  write_corpus(d);
+  TrainOptions o = small_options(d);
+  o.max_steps = 1;
+  o.save = d.file("m.safetensors");
+  o.metrics = d.file("m.csv");
+  REQUIRE(run_train(o) == 0);
+  fs::remove(d.file("ptb.train.txt"));
+  REQUIRE(::mkfifo(d.file("ptb.train.txt").c_str(), 0600) == 0);  // no writer: opening it plainly would block
+  CHECK_ERROR(load_corpus(d.str()), "ptb.train.txt is not a regular file (a FIFO)");
+  CHECK_ERROR(run_train(o), "ptb.train.txt is not a regular file (a FIFO)");
+  EvalOptions e;
+  e.checkpoint = d.file("m.safetensors");
+  e.data = d.str();
+  e.split = "train";
+  e.seq_len = 40;
+  e.validseqlen = 30;
+  e.device = "cpu";
+  CHECK_ERROR(run_eval(e), "ptb.train.txt is not a regular file (a FIFO)");
+  fs::remove(d.file("ptb.train.txt"));
+  fs::create_directory(d.file("ptb.train.txt"));
+  CHECK_ERROR(load_corpus(d.str()), "ptb.train.txt is not a regular file (a directory)");
+  CHECK_ERROR(read_data_file("/dev/zero"), "/dev/zero is not a regular file (a character device)");
+  // A checkpoint that is a FIFO: refused before it is opened.
+  REQUIRE(::mkfifo(d.file("p.safetensors").c_str(), 0600) == 0);
+  e.checkpoint = d.file("p.safetensors");
+  CHECK_ERROR(run_eval(e), ("--checkpoint " + d.file("p.safetensors") + " is not a regular file (a FIFO)").c_str());
+  GenerateOptions g;
+  g.checkpoint = e.checkpoint;
+  CHECK_ERROR(run_generate(g), "is not a regular file (a FIFO)");
+  fs::remove(d.file("ptb.train.txt"));
+  write_corpus(d);
+  o.resume = e.checkpoint;
+  CHECK_ERROR(run_train(o), ("--resume " + e.checkpoint + " is not a regular file (a FIFO)").c_str());
+}
+
+TEST_CASE("output paths are checked before training; a failed run changes no existing file") {
+  TempDir d;
+  write_corpus(d);
+  write(d.file("plain"), "x");
+  TrainOptions o = small_options(d);
+  o.max_steps = 1;
+  o.metrics = d.file("plain/m.csv");  // under a regular file
+  CHECK_ERROR(run_train(o), ("--metrics " + o.metrics + ": cannot write there (" + d.file("plain") +
+                             " is a regular file)").c_str());
+  o.metrics = d.str();
+  CHECK_ERROR(run_train(o), "cannot write there (a directory, not a regular file)");
+  o.metrics = d.file("m.csv");
+  o.save = d.str();
+  CHECK_ERROR(run_train(o), ("--save " + d.str() + ": cannot write there (a directory").c_str());
+  fs::create_directory(d.file("m.last.safetensors"));  // where the latest state would go
+  o.save = d.file("m.safetensors");
+  CHECK_ERROR(run_train(o), ("--save " + d.file("m.last.safetensors") + ": cannot write there (a directory").c_str());
+  CHECK(!fs::exists(d.file("m.csv")));  // nothing was written before the checks
+}
+
+TEST_CASE("every numeric option is range-checked, NaN included (library callers too)") {
+  TempDir d;
+  TrainOptions t = small_options(d);
+  t.clip = std::nan("");
+  CHECK_ERROR(run_train(t), "--clip must be in [0, 1e+06] (0: off), got nan");
+  t = small_options(d);
+  t.lr = INFINITY;
+  CHECK_ERROR(run_train(t), "--lr must be in (0, 1e+30], got inf");
+  t = small_options(d);
+  t.emsize = int64_t{1} << 62;
+  CHECK_ERROR(run_train(t), "--emsize must be in [1, 65536], got 4611686018427387904");
+  t = small_options(d);
+  t.nhid = -5;
+  CHECK_ERROR(run_train(t), "--nhid must be in [1, 65536], got -5");
+  t = small_options(d);
+  t.dropout = std::nan("");
+  CHECK_ERROR(run_train(t), "--dropout must be in [0, 1), got nan");
+  t = small_options(d);
+  t.threads = 100000;
+  CHECK_ERROR(run_train(t), "--threads must be in [0, 1024] (0: the default), got 100000");
+  EvalOptions e;
+  e.checkpoint = "x";
+  e.batch_size = -1;
+  CHECK_ERROR(run_eval(e), "--batch_size must be in [1, 100000], got -1");
+  GenerateOptions g;
+  g.checkpoint = "x";
+  g.temperature = std::nan("");
+  CHECK_ERROR(run_generate(g), "--temperature must be in (0, 1000], got nan");
+  BenchOptions b;
+  b.steps = 0;  // the median of no step used to read past an empty vector
+  CHECK_ERROR(run_bench(b, "charlm"), "--steps must be in [1, 1000000], got 0");
+  b = BenchOptions{};
+  b.validseqlen = 401;
+  CHECK_ERROR(run_bench(b, "charlm"), "--validseqlen 401 must be in [1, --seq_len = 400]");
 }
 
 }  // TEST_SUITE

@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "cuda/runtime.h"
+#include "flags.h"
 #include "generate.h"
 #include "nn/optim.h"
 #include "train.h"
@@ -21,7 +22,8 @@ namespace {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  TCN_CHECK(!v.empty(), "bench: no timed step");
+  return v[v.size() / 2];
 }
 
 struct Timing {
@@ -69,7 +71,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   }
   Timing r;
   r.median_ms = median(ms);
-  r.min_ms = *std::min_element(ms.begin(), ms.end());
+  r.min_ms = ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end());
   r.params = model->num_parameters();
   r.ok = true;
   return r;
@@ -116,6 +118,16 @@ Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& 
 }  // namespace
 
 int run_bench(const BenchOptions& o, const char*) {
+  using namespace limits;
+  check("--steps", o.steps, 1, kMaxBenchSteps);
+  check("--warmup", o.warmup, 0, kMaxBenchSteps);
+  check("--threads", o.threads, 1, kMaxThreads);
+  check("--batch_size", o.batch_size, 1, kMaxBatch);
+  check("--seq_len", o.seq_len, 1, kMaxSeqLen);
+  TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
+            " must be in [1, --seq_len = ", o.seq_len, "]");
+  check("--generate_chars", o.generate_chars, 0, kMaxChars, " (0: skip)");
+  TCN_CHECK(o.torch == "auto" || o.torch == "off", "--torch ", o.torch, ": expected auto or off");
   set_num_threads(o.threads);
   const Device dev = resolve_device(o.device);
   std::vector<std::string> kinds = o.model == "both" ? std::vector<std::string>{"tcn", "lstm"}

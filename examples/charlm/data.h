@@ -29,6 +29,18 @@ struct Corpus {
   std::string train, valid, test;  // raw text
 };
 
+// The whole of a data file. Only a regular file is read: a FIFO, a device or
+// a directory is an error before any read (nothing blocks); missing or empty
+// files are errors naming the file.
+std::string read_data_file(const std::string& path);
+
+// Throws "WHAT PATH is not a regular file (a FIFO)" when PATH exists and is not
+// a regular file (e.g. before a checkpoint is opened); a missing path passes.
+void check_regular_input(const std::string& path, const std::string& what);
+
+// "a FIFO", "a directory", ... for a st_mode.
+const char* file_kind(unsigned mode);
+
 // Reads DIR/ptb.{train,valid,test}.txt. Missing or empty files are errors that
 // say which file and how to get the data.
 Corpus load_corpus(const std::string& dir);

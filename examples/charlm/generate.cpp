@@ -8,6 +8,7 @@
 #include "core/philox.h"
 #include "core/threads.h"
 #include "data.h"
+#include "flags.h"
 
 namespace charlm {
 
@@ -155,10 +156,12 @@ std::unique_ptr<Stepper> make_full_stepper(nn::CharLM& model) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  TCN_CHECK(o.temperature > 0, "--temperature must be > 0, got ", o.temperature);
-  TCN_CHECK(o.n >= 0, "-n must be >= 0");
+  limits::check_real("--temperature", o.temperature, 0, limits::kMaxTemperature, true, false);
+  limits::check("-n", o.n, 0, limits::kMaxChars);
+  limits::check("--threads", o.threads, 0, limits::kMaxThreads, " (0: the default)");
   TCN_CHECK(!o.prompt.empty(), "--prompt must not be empty");
   if (o.threads > 0) set_num_threads(o.threads);
+  check_regular_input(o.checkpoint, "--checkpoint");
   nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
   Vocab vocab = Vocab::from_chars(m.vocab);
   std::vector<int64_t> prompt = vocab.encode(o.prompt, "--prompt");

@@ -1,9 +1,12 @@
 #include "train.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +16,7 @@
 #include "core/threads.h"
 #include "cuda/runtime.h"
 #include "data.h"
+#include "flags.h"
 #include "nn/optim.h"
 
 namespace charlm {
@@ -90,14 +94,17 @@ struct TrainState {
 
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append) {
+  MetricsLog(const std::string& path, bool append) : path_(path) {
     if (path.empty()) return;
     auto parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    TCN_CHECK(!ec, "--metrics ", path, ": cannot create ", parent.string(), " (", ec.message(), ")");
     bool fresh = !append || !std::filesystem::exists(path);
     f_.open(path, fresh ? std::ios::trunc : std::ios::app);
-    TCN_CHECK(f_.good(), "--metrics ", path, ": cannot open for writing");
+    TCN_CHECK(f_.good(), "--metrics ", path, ": cannot open for writing (", std::strerror(errno), ")");
     if (fresh) f_ << "event,epoch,step,lr,loss,bpc,ms_per_batch,chars_per_sec,elapsed_s\n";
+    flush();
   }
   void row(const char* event, int64_t epoch, int64_t step, double lr, double loss, double ms, double cps,
            double elapsed) {
@@ -106,12 +113,43 @@ class MetricsLog {
     std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6f,%.6f,%.2f,%.1f,%.1f\n", event, static_cast<long long>(epoch),
                   static_cast<long long>(step), lr, loss, loss / kLn2, ms, cps, elapsed);
     f_ << buf;
-    f_.flush();
+    flush();
+  }
+  // Closes the file; a failed write, flush or close is an error naming the file.
+  void close() {
+    if (!f_.is_open()) return;
+    f_.close();
+    TCN_CHECK(!f_.fail(), "--metrics ", path_, ": closing failed (", std::strerror(errno), ")");
   }
 
  private:
+  void flush() {
+    errno = 0;
+    f_.flush();
+    TCN_CHECK(f_.good(), "--metrics ", path_, ": write failed (", errno ? std::strerror(errno) : "I/O error", ")");
+  }
+  std::string path_;
   std::ofstream f_;
 };
+
+// An output path must be a regular file or not exist yet, under a directory
+// that exists (or can be made) and is writable; checked before any training.
+void check_output_path(const char* flag, const std::string& path) {
+  TCN_CHECK(!path.empty(), flag, ": empty path");
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0) {
+    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", file_kind(sb.st_mode),
+              ", not a regular file)");
+    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
+    return;
+  }
+  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  while (::stat(dir.c_str(), &sb) != 0 && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ",
+            file_kind(sb.st_mode), ")");
+  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
+            std::strerror(errno), ")");
+}
 
 // Fails early, before any training, when the checkpoint path cannot be written.
 void check_writable(const std::string& path) {
@@ -143,6 +181,157 @@ void save_checkpoint(const std::string& path, const nn::CharLM& model, const Voc
 
 bool stderr_is_tty() { return ::isatty(2) == 1; }
 
+// Every numeric flag of `charlm train` in its documented range (flags.h).
+void validate(const TrainOptions& o) {
+  using namespace limits;
+  check("--batch_size", o.batch_size, 1, kMaxBatch);
+  check("--seq_len", o.seq_len, 1, kMaxSeqLen);
+  TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
+            " must be in [1, --seq_len = ", o.seq_len, "]");
+  check("--emsize", o.emsize, 1, kMaxWidth);
+  check("--nhid", o.nhid, 1, kMaxWidth);
+  check("--levels", o.levels, 1, kMaxDepth);
+  check("--ksize", o.ksize, 1, kMaxKsize);
+  check("--layers", o.layers, 1, kMaxDepth);
+  check_real("--dropout", o.dropout, 0, 1, false, true);
+  check_real("--emb_dropout", o.emb_dropout, 0, 1, false, true);
+  check_real("--lr", o.lr, 0, kMaxLr, true, false);
+  check_real("--clip", o.clip, 0, kMaxClip, false, false, " (0: off)");
+  check("--epochs", o.epochs, 1, kMaxEpochs);
+  check("--max_steps", o.max_steps, 0, kMaxCount, " (0: no limit)");
+  check("--log-interval", o.log_interval, 1, kMaxCount);
+  check("--threads", o.threads, 0, kMaxThreads, " (0: the default)");
+  check("--eval_batch_size", o.eval_batch_size, 1, kMaxBatch);
+  check("--eval_batches", o.eval_batches, 0, kMaxCount, " (0: all)");
+  check("--eval_interval", o.eval_interval, 0, kMaxCount, " (0: epoch ends only)");
+  check("--save_every", o.save_every, 0, kMaxCount, " (0: epoch ends only)");
+}
+
+// Checked reads of a checkpoint's train_state / train_options JSON: a missing
+// key, a wrong type or a value out of range is an error naming the file, the
+// key and the range, never a wild index or an exception from deep inside.
+struct JsonReader {
+  std::string what;  // e.g. "--resume m.last.safetensors: train_state"
+  json js;
+  JsonReader(const std::string& w, const nn::Metadata& meta, const std::string& key) : what(w + ": " + key) {
+    auto it = meta.find(key);
+    TCN_CHECK(it != meta.end(), w, ": the checkpoint has no ", key,
+              " (not a checkpoint written by charlm train --save; to start from its weights only, use --init)");
+    try {
+      js = json::parse(it->second);
+    } catch (const std::exception&) {
+      TCN_FAIL(what, " is not valid JSON");
+    }
+    TCN_CHECK(js.is_object(), what, " is not a JSON object");
+  }
+  const json& at(const char* key) const {
+    TCN_CHECK(js.contains(key), what, " has no \"", key, "\"");
+    return js.at(key);
+  }
+  int64_t integer(const char* key, int64_t lo, int64_t hi) const {
+    const json& v = at(key);
+    TCN_CHECK(v.is_number_integer(), what, ".", key, " must be an integer, got ", v.dump());
+    TCN_CHECK(!(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) && v.get<int64_t>() >= lo &&
+                  v.get<int64_t>() <= hi,
+              what, ".", key, " must be in ", limits::range(lo, hi), ", got ", v.dump());
+    return v.get<int64_t>();
+  }
+  uint64_t unsigned_integer(const char* key) const {
+    const json& v = at(key);
+    TCN_CHECK(v.is_number_unsigned(), what, ".", key, " must be an integer in [0, 2^64 - 1], got ", v.dump());
+    return v.get<uint64_t>();
+  }
+  static bool finite_number(const json& v, double lo) {
+    return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= lo;
+  }
+  double real(const char* key, double lo, double hi, bool lo_open) const {
+    const json& v = at(key);
+    const double x = v.is_number() ? v.get<double>() : std::nan("");
+    TCN_CHECK(v.is_number() && std::isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi, what, ".", key,
+              " must be a number in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ", v.dump());
+    return x;
+  }
+  std::string string(const char* key) const {
+    const json& v = at(key);
+    TCN_CHECK(v.is_string(), what, ".", key, " must be a string, got ", v.dump());
+    return v.get<std::string>();
+  }
+};
+
+// The resuming run must train as the checkpoint's did: the same streams, windows and optimizer.
+void check_train_options(const TrainOptions& o, const nn::Metadata& meta) {
+  JsonReader r("--resume " + o.resume, meta, "train_options");
+  const std::string optim = r.string("optim");
+  TCN_CHECK(optim == o.optim, "--resume ", o.resume, ": the checkpoint was trained with --optim ", optim,
+            ", this run has --optim ", o.optim);
+  auto same = [&](const char* key, const char* flag, int64_t mine) {
+    const int64_t theirs = r.integer(key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    TCN_CHECK(theirs == mine, "--resume ", o.resume, ": the checkpoint was trained with ", flag, " ", theirs,
+              ", this run has ", flag, " ", mine);
+  };
+  same("batch_size", "--batch_size", o.batch_size);
+  same("seq_len", "--seq_len", o.seq_len);
+  same("validseqlen", "--validseqlen", o.validseqlen);
+}
+
+TrainState read_train_state(const TrainOptions& o, const nn::Metadata& meta, size_t windows_per_epoch,
+                            uint64_t& dropout_seed, uint64_t& dropout_offset) {
+  JsonReader r("--resume " + o.resume, meta, "train_state");
+  TrainState st;
+  st.epoch = r.integer("epoch", 1, limits::kMaxEpochs + 1);
+  st.next_batch = r.integer("next_batch", 0, static_cast<int64_t>(windows_per_epoch));
+  st.step = r.integer("step", 0, limits::kMaxCount);
+  st.lr = r.real("lr", 0, limits::kMaxLr, true);
+  const json& best = r.at("best_vloss");
+  TCN_CHECK(best.is_null() || JsonReader::finite_number(best, 0), r.what,
+            ".best_vloss must be null or a finite number >= 0, got ", best.dump());
+  if (!best.is_null()) st.best_vloss = best.get<double>();
+  const json& vl = r.at("vlosses");
+  TCN_CHECK(vl.is_array(), r.what, ".vlosses must be an array, got ", vl.dump());
+  for (const json& v : vl) {
+    TCN_CHECK(JsonReader::finite_number(v, 0), r.what, ".vlosses must hold finite numbers >= 0, got ", v.dump());
+    st.vlosses.push_back(v.get<double>());
+  }
+  TCN_CHECK(static_cast<int64_t>(st.vlosses.size()) < st.epoch, r.what, ".vlosses holds ", st.vlosses.size(),
+            " epochs' losses but the checkpoint is at epoch ", st.epoch);
+  dropout_seed = r.unsigned_integer("dropout_seed");
+  dropout_offset = r.unsigned_integer("dropout_offset");
+  return st;
+}
+
+// SIGINT / SIGTERM while training: the first one asks the loop to stop after the
+// current step (it then saves and exits 128 + signal); a second one exits at once.
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal != 0) ::_exit(128 + sig);
+  g_signal = sig;
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    g_signal = 0;
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  static int received() { return g_signal; }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 }  // namespace
 
 int run_train(TrainOptions o) {
@@ -152,15 +341,23 @@ int run_train(TrainOptions o) {
     std::printf(fmt, args...);
     std::fflush(stdout);
   };
-  if (o.nhid < 0) o.nhid = o.model == "lstm" ? 700 : 450;
+  if (o.nhid == -1) o.nhid = o.model == "lstm" ? 700 : 450;
   TCN_CHECK(o.model == "tcn" || o.model == "lstm", "--model ", o.model, ": expected tcn or lstm");
-  TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
-            " must be in [1, --seq_len = ", o.seq_len, "]");
-  TCN_CHECK(o.log_interval > 0, "--log-interval must be positive");
+  validate(o);
   TCN_CHECK(o.resume.empty() || o.init.empty(), "--resume and --init exclude each other");
+  if (!o.resume.empty()) check_regular_input(o.resume, "--resume");
+  if (!o.init.empty()) check_regular_input(o.init, "--init");
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = resolve_device(o.device);
-  if (!o.save.empty()) check_writable(o.save);
+  if (!o.save.empty()) {
+    check_output_path("--save", o.save);
+    check_output_path("--save", last_path(o.save));
+    check_writable(o.save);
+    // TODO(stale temps): remove our own stale temp files next to o.save and
+    // last_path(o.save) with the nn/safetensors.h helper once it exists.
+  }
+  if (o.metrics.empty()) o.metrics = "runs/" + o.model + ".csv";
+  check_output_path("--metrics", o.metrics);
 
   Corpus corpus = load_corpus(o.data);
   Tensor train = batchify(corpus.vocab.encode(corpus.train, o.data + "/ptb.train.txt"), o.batch_size, o.seq_len,
@@ -169,11 +366,13 @@ int run_train(TrainOptions o) {
                           o.seq_len, "ptb.valid.txt");
   Tensor test = batchify(corpus.vocab.encode(corpus.test, o.data + "/ptb.test.txt"), o.eval_batch_size, o.seq_len,
                          "ptb.test.txt");
+  const std::vector<Window> wins = windows(train.size(1), o.seq_len, o.validseqlen);
 
   std::unique_ptr<nn::CharLM> model;
   TrainState st;
   st.lr = o.lr;
   nn::LoadedCharLM resumed;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
   if (!o.resume.empty()) {
     resumed = nn::load_char_lm(o.resume, "optim.");
     model = std::move(resumed.model);
@@ -185,6 +384,8 @@ int run_train(TrainOptions o) {
     json want = model_config(o, corpus.vocab.size()), have = model->config_json();
     TCN_CHECK(want == have, "--resume ", o.resume, ": the checkpoint's config ", have.dump(),
               " does not match the flags ", want.dump());
+    check_train_options(o, resumed.file.metadata);
+    st = read_train_state(o, resumed.file.metadata, wins.size(), dropout_seed, dropout_offset);
   } else {
     model = nn::make_char_lm(o.model, model_config(o, corpus.vocab.size()), o.seed);
     if (!o.init.empty()) {
@@ -204,18 +405,10 @@ int run_train(TrainOptions o) {
     for (auto& [name, t] : resumed.file.tensors)
       if (name.rfind("optim.", 0) == 0) ostate.emplace_back(name.substr(6), t);
     opt->load_state(ostate);
-    json js = json::parse(resumed.file.metadata.at("train_state"));
-    st.epoch = js.at("epoch");
-    st.next_batch = js.at("next_batch");
-    st.step = js.at("step");
-    st.lr = js.at("lr");
-    st.best_vloss = js.at("best_vloss").is_null() ? st.best_vloss : js.at("best_vloss").get<double>();
-    st.vlosses = js.at("vlosses").get<std::vector<double>>();
-    model->dropout_generator().set_state(js.at("dropout_seed"), js.at("dropout_offset"));
+    model->dropout_generator().set_state(dropout_seed, dropout_offset);
     opt->lr = st.lr;
   }
 
-  const std::vector<Window> wins = windows(train.size(1), o.seq_len, o.validseqlen);
   const int64_t hist = o.seq_len - o.validseqlen;
   say("charlm train | model %s | %lld parameters | vocab %lld | device %s | threads %d\n", o.model.c_str(),
               static_cast<long long>(model->num_parameters()), static_cast<long long>(corpus.vocab.size()),
@@ -230,12 +423,29 @@ int run_train(TrainOptions o) {
                 static_cast<long long>(st.step));
   std::fflush(stdout);
 
-  if (o.metrics.empty()) o.metrics = "runs/" + o.model + ".csv";
   MetricsLog log(o.metrics, !o.resume.empty());
   const auto t_start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
   const bool tty = !o.quiet && stderr_is_tty();
   bool stop = false;
+  StopSignals signals;
+  // After a SIGINT / SIGTERM: the latest state to *.last.safetensors (as
+  // --save_every writes it; save_now false: it was just written at an epoch
+  // end), one line, exit 128 + signal.
+  auto interrupted = [&](bool save_now) {
+    const int sig = StopSignals::received();
+    if (tty) std::fprintf(stderr, "\r%80s\r", "");
+    std::fflush(stdout);
+    log.close();
+    if (!o.save.empty()) {
+      if (save_now) save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
+      std::fprintf(stderr, "charlm: interrupted at step %lld; checkpoint saved to %s\n",
+                   static_cast<long long>(st.step), last_path(o.save).c_str());
+    } else {
+      std::fprintf(stderr, "charlm: interrupted at step %lld; no --save given\n", static_cast<long long>(st.step));
+    }
+    return 128 + sig;
+  };
 
   auto end_of_run_eval = [&](int64_t epoch, bool full_epoch) {
     double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
@@ -255,6 +465,7 @@ int run_train(TrainOptions o) {
     int64_t interval_steps = 0, interval_chars = 0;
     auto t_interval = Clock::now();
     for (int64_t bi = st.next_batch; bi < static_cast<int64_t>(wins.size()); ++bi) {
+      if (StopSignals::received()) return interrupted(true);
       if (o.max_steps > 0 && st.step >= o.max_steps) {
         stop = true;
         break;
@@ -309,6 +520,7 @@ int run_train(TrainOptions o) {
       if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0)
         save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
     }
+    if (StopSignals::received()) return interrupted(true);
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     const bool full_epoch = !stop;
     double vloss = end_of_run_eval(st.epoch, full_epoch);
@@ -339,24 +551,29 @@ int run_train(TrainOptions o) {
     }
     if (stop || (o.max_steps > 0 && st.step >= o.max_steps)) break;  // no empty extra epoch at the limit
   }
+  if (StopSignals::received()) return interrupted(false);  // during the last epoch end's evaluation or save
+  log.close();
   say("done: %lld steps in %.1f s; metrics in %s\n", static_cast<long long>(st.step), elapsed(),
               o.metrics.c_str());
   return 0;
 }
 
 int run_eval(const EvalOptions& o) {
+  using namespace limits;
+  check("--seq_len", o.seq_len, 1, kMaxSeqLen);
   TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
             " must be in [1, --seq_len = ", o.seq_len, "]");
-  if (o.threads > 0) set_num_threads(o.threads);
-  nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
-  Vocab vocab = Vocab::from_chars(m.vocab);
+  check("--batch_size", o.batch_size, 1, kMaxBatch);
+  check("--max_batches", o.max_batches, 0, kMaxCount, " (0: all)");
+  check("--threads", o.threads, 0, kMaxThreads, " (0: the default)");
   TCN_CHECK(o.split == "valid" || o.split == "test" || o.split == "train", "--split ", o.split,
             ": expected train, valid or test");
+  if (o.threads > 0) set_num_threads(o.threads);
+  check_regular_input(o.checkpoint, "--checkpoint");
+  nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
+  Vocab vocab = Vocab::from_chars(m.vocab);
   const std::string file = o.data + "/ptb." + o.split + ".txt";
-  std::ifstream f(file, std::ios::binary);
-  TCN_CHECK(f.good(), "cannot read ", file);
-  std::string text((std::istreambuf_iterator<char>(f)), {});
-  TCN_CHECK(!text.empty(), file, " is empty");
+  const std::string text = read_data_file(file);
   Tensor source = batchify(vocab.encode(text, file), o.batch_size, o.seq_len, file);
   m.model->to(resolve_device(o.device));
   auto t0 = Clock::now();

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Output that cannot be written is one line on stderr and a non-zero exit:
+# the metrics CSV hitting a file size limit mid-run (write failure after a good
+# open), and stdout on a full device.
+# Usage: cli_write_errors.sh CHARLM
+set -uo pipefail
+charlm=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+make_text() {  # n seed
+  awk -v n="$1" -v seed="$2" 'BEGIN {
+    srand(seed); k = split("the |cat |sat |on |a |mat |and |dog\n|ran ", w, "|"); s = "";
+    while (length(s) < n) s = s w[1 + int(rand() * k)];
+    printf "%s", substr(s, 1, n) }'
+}
+make_text 6000 1 > "$dir/ptb.train.txt"
+make_text 1500 2 > "$dir/ptb.valid.txt"
+make_text 1500 3 > "$dir/ptb.test.txt"
+flags=(--batch_size 4 --seq_len 40 --validseqlen 30 --emsize 8 --nhid 12 --levels 2 --device cpu
+       --eval_batch_size 2 --log-interval 1 --data "$dir")
+fail() { echo "FAIL: $*"; exit 1; }
+
+# A 1 KiB file size limit (SIGXFSZ ignored, so the write fails with EFBIG):
+# the CSV's rows outgrow it after a few steps.
+(trap '' XFSZ; ulimit -f 1; exec "$charlm" train "${flags[@]}" --quiet --metrics "$dir/m.csv" --max_steps 40) 2> "$dir/err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "metrics: exit $rc"
+[ "$(wc -l < "$dir/err")" -eq 1 ] || fail "metrics: stderr is not one line: $(cat "$dir/err")"
+grep -qF "charlm: error: --metrics $dir/m.csv: write failed (File too large)" "$dir/err" ||
+  fail "metrics: unexpected stderr: $(cat "$dir/err")"
+echo "metrics: exit $rc, $(cat "$dir/err")"
+
+# stdout on a full device.
+if [ -w /dev/full ]; then
+  "$charlm" train "${flags[@]}" --metrics "$dir/n.csv" --max_steps 2 --quiet > /dev/full 2> "$dir/err"
+  rc=$?
+  [ $rc -eq 0 ] || fail "--quiet prints nothing, so a full stdout is no error: exit $rc, $(cat "$dir/err")"
+  "$charlm" train "${flags[@]}" --metrics "$dir/n.csv" --max_steps 2 > /dev/full 2> "$dir/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "stdout: exit $rc"
+  [ "$(wc -l < "$dir/err")" -eq 1 ] && grep -qF "charlm: error: cannot write to standard output" "$dir/err" ||
+    fail "stdout: unexpected stderr: $(cat "$dir/err")"
+  echo "stdout: exit $rc, $(cat "$dir/err")"
+fi
+exit 0
