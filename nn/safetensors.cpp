@@ -1,6 +1,8 @@
 #include "nn/safetensors.h"
 
+#include <algorithm>
 #include <bit>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,8 @@ namespace tcn::nn {
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
 namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // a header is names, shapes, offsets and metadata
 
 const char* st_dtype(DType t) {
   switch (t) {
@@ -101,17 +105,27 @@ SafetensorsContents load_safetensors(const std::string& path) {
   uint64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), 8);
   TCN_CHECK(n <= file_size - 8, path, ": truncated or corrupt: header length ", n, " exceeds the file size ", file_size);
+  TCN_CHECK(n <= kMaxHeaderBytes, path, ": corrupt: header length ", n, " exceeds ", kMaxHeaderBytes, " bytes");
   std::string json(n, '\0');
   f.read(json.data(), static_cast<std::streamsize>(n));
   TCN_CHECK(f.good(), path, ": read error in the header");
 
   nlohmann::ordered_json header;  // ordered: tensors come back in the file's order (optimizer state is positional)
+  std::string duplicate;          // the parser keeps one of two equal keys silently: catch them here
+  std::set<std::string> top_keys;
+  auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
+    if (depth == 1 && event == nlohmann::ordered_json::parse_event_t::key && parsed.is_string() &&
+        !top_keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::ordered_json::parse(json);
+    header = nlohmann::ordered_json::parse(json, on_event);
   } catch (const nlohmann::json::exception& e) {
     TCN_FAIL(path, ": corrupt header (invalid JSON: ", e.what(), ")");
   }
   TCN_CHECK(header.is_object(), path, ": corrupt header (not a JSON object)");
+  TCN_CHECK(duplicate.empty(), path, ": corrupt header: the name '", duplicate, "' appears twice");
   const uint64_t data_size = file_size - 8 - n;
 
   SafetensorsContents out;
@@ -138,23 +152,50 @@ SafetensorsContents load_safetensors(const std::string& path) {
                 ": tensor '", it.key(), "' lacks dtype, shape or data_offsets");
       Entry en;
       en.name = it.key();
-      TCN_CHECK(parse_st_dtype(e["dtype"].get<std::string>(), en.dtype), path, ": tensor '", en.name,
-                "' has unsupported dtype ", e["dtype"].get<std::string>(), " (supported: F32, F64, I64)");
-      en.shape = e["shape"].get<Shape>();
-      for (int64_t d : en.shape) TCN_CHECK(d >= 0, path, ": tensor '", en.name, "' has a negative dimension");
-      auto off = e["data_offsets"].get<std::vector<uint64_t>>();
-      TCN_CHECK(off.size() == 2 && off[0] <= off[1], path, ": tensor '", en.name, "' has invalid data_offsets");
-      en.begin = off[0];
-      en.end = off[1];
+      TCN_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), en.dtype), path,
+                ": tensor '", en.name, "' has unsupported dtype ",
+                e["dtype"].is_string() ? e["dtype"].get<std::string>() : e["dtype"].dump(), " (supported: F32, F64, I64)");
+      // Every dimension a non-negative integer (no floats, no negatives), sizes
+      // multiplied with overflow checks: validated before anything is allocated.
+      TCN_CHECK(e["shape"].is_array(), path, ": tensor '", en.name, "' has a shape that is not a list");
+      uint64_t bytes = dtype_size(en.dtype);
+      for (const auto& d : e["shape"]) {
+        TCN_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), path, ": tensor '", en.name,
+                  "' has shape ", e["shape"].dump(), ": every dimension must be a non-negative integer");
+        TCN_CHECK(!__builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes), path, ": tensor '", en.name,
+                  "' has shape ", e["shape"].dump(), ", whose size overflows");
+        en.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+      }
+      const auto& offs = e["data_offsets"];
+      TCN_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() && offs[1].is_number_unsigned(),
+                path, ": tensor '", en.name, "' has data_offsets ", offs.dump(), " (expected two integers)");
+      en.begin = offs[0].get<uint64_t>();
+      en.end = offs[1].get<uint64_t>();
+      TCN_CHECK(en.begin <= en.end, path, ": tensor '", en.name, "' has invalid data_offsets ", offs.dump());
       TCN_CHECK(en.end <= data_size, path, ": truncated: tensor '", en.name, "' ends at byte ", en.end,
                 " of a data section of ", data_size, " bytes");
-      TCN_CHECK(en.end - en.begin == numel_of(en.shape) * dtype_size(en.dtype), path, ": tensor '", en.name,
-                "' has ", en.end - en.begin, " bytes of data for shape ", en.shape, " of ", dtype_name(en.dtype));
+      TCN_CHECK(en.end - en.begin == bytes, path, ": tensor '", en.name, "' has ", en.end - en.begin,
+                " bytes of data for shape ", en.shape, " of ", dtype_name(en.dtype));
       entries.push_back(en);
     }
   } catch (const nlohmann::json::exception& e) {
     TCN_FAIL(path, ": corrupt header (", e.what(), ")");
   }
+  // The tensors tile the data section exactly: no overlaps, no gaps, no trailing bytes.
+  std::vector<const Entry*> by_offset;
+  for (const Entry& en : entries) by_offset.push_back(&en);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  for (const Entry* en : by_offset) {
+    TCN_CHECK(en->begin >= covered, path, ": corrupt: tensor '", en->name, "' overlaps the tensor before it (bytes ",
+              en->begin, "-", en->end, ")");
+    TCN_CHECK(en->begin == covered, path, ": corrupt: ", en->begin - covered, " unused bytes before tensor '",
+              en->name, "'");
+    covered = en->end;
+  }
+  TCN_CHECK(covered == data_size, path, ": corrupt: ", data_size - covered, " trailing bytes after the last tensor");
   for (const Entry& en : entries) {
     Tensor t = empty(en.shape, {en.dtype, Device::cpu()});
     f.seekg(static_cast<std::streamoff>(8 + n + en.begin));

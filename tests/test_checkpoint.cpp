@@ -120,6 +120,42 @@ TEST_CASE("bad files: missing, empty, truncated, corrupt header, bad dtype, bad 
   CHECK_ERROR(load_safetensors(dir.file("shape")), "has 64 bytes of data for shape [4, 5] of float32");
 }
 
+TEST_CASE("crafted headers: shapes, offsets and names are validated before anything is allocated") {
+  TempDir dir;
+  // A safetensors file from a header and `data` bytes of zeros.
+  auto craft = [&](const std::string& name, const std::string& header, size_t data) {
+    std::string b(8, '\0');
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(n >> (8 * i) & 0xFF);
+    b += header;
+    b += std::string(data, '\0');
+    write_bytes(dir.file(name), b);
+    return dir.file(name);
+  };
+  auto one = [](const std::string& shape, const std::string& offsets) {
+    return "{\"w\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}}";
+  };
+  CHECK(load_safetensors(craft("ok", one("[2,2]", "[0,16]"), 16)).tensors.size() == 1);
+  CHECK_ERROR(load_safetensors(craft("wrap", one("[1,2305843009213693952]", "[0,0]"), 0)), "has 0 bytes of data for shape");
+  CHECK_ERROR(load_safetensors(craft("huge", one("[4294967296,4294967296]", "[0,0]"), 0)), "whose size overflows");
+  CHECK_ERROR(load_safetensors(craft("float", one("[46.5,8]", "[0,1488]"), 1488)), "must be a non-negative integer");
+  CHECK_ERROR(load_safetensors(craft("e300", one("[1e300]", "[0,4]"), 4)), "must be a non-negative integer");
+  CHECK_ERROR(load_safetensors(craft("neg", one("[-1,4]", "[0,0]"), 0)), "must be a non-negative integer");
+  CHECK_ERROR(load_safetensors(craft("shape_str", one("\"4\"", "[0,16]"), 16)), "shape that is not a list");
+  CHECK_ERROR(load_safetensors(craft("off_float", one("[1]", "[0,6e272]"), 4)), "expected two integers");
+  CHECK_ERROR(load_safetensors(craft("off_three", one("[1]", "[0,4,8]"), 4)), "expected two integers");
+  CHECK_ERROR(load_safetensors(craft("trailing", one("[2,2]", "[0,16]"), 20)), "4 trailing bytes");
+  CHECK_ERROR(load_safetensors(craft("gap", one("[2,2]", "[4,20]"), 20)), "4 unused bytes before tensor 'w'");
+  const std::string two = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                          "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}";
+  CHECK_ERROR(load_safetensors(craft("overlap", two, 12)), "overlaps the tensor before it");
+  const std::string dup = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+  CHECK_ERROR(load_safetensors(craft("dup", dup, 8)), "the name 'a' appears twice");
+  CHECK_ERROR(load_safetensors(craft("dtype_num", "{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4)),
+              "unsupported dtype 7");
+}
+
 TEST_CASE("a checkpoint that does not match the model lists every problem and changes nothing") {
   TempDir dir;
   TCNCharLM m(small_tcn(), 3);
