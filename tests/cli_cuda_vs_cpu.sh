@@ -10,15 +10,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
 # Deterministic pseudo-text: random words, one file per split.
-make_text() {  # n seed
-  awk -v n="$1" -v seed="$2" 'BEGIN {
-    srand(seed); k = split("the |cat |sat |on |a |mat |and |dog\n|ran ", w, "|"); s = "";
-    while (length(s) < n) s = s w[1 + int(rand() * k)];
-    printf "%s", substr(s, 1, n) }'
-}
-make_text 3000 1 > "$dir/ptb.train.txt"
-make_text 600 2 > "$dir/ptb.valid.txt"
-make_text 600 3 > "$dir/ptb.test.txt"
+bash "$(dirname "$0")/synthetic_corpus.sh" "$dir" 3000 600
 
 flags=(--batch_size 4 --seq_len 64 --validseqlen 48 --emsize 8 --nhid 16 --levels 2 --dropout 0.2
        --emb_dropout 0.2 --clip 0.15 --max_steps 5 --log-interval 1 --eval_batches 1 --eval_batch_size 2

@@ -8,15 +8,7 @@ charlm=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-make_text() {  # n seed
-  awk -v n="$1" -v seed="$2" 'BEGIN {
-    srand(seed); k = split("the |cat |sat |on |a |mat |and |dog\n|ran ", w, "|"); s = "";
-    while (length(s) < n) s = s w[1 + int(rand() * k)];
-    printf "%s", substr(s, 1, n) }'
-}
-make_text 6000 1 > "$dir/ptb.train.txt"
-make_text 1500 2 > "$dir/ptb.valid.txt"
-make_text 1500 3 > "$dir/ptb.test.txt"
+bash "$(dirname "$0")/synthetic_corpus.sh" "$dir" 6000 1500
 flags=(--batch_size 4 --seq_len 40 --validseqlen 30 --emsize 8 --nhid 12 --levels 2 --device cpu
        --eval_batch_size 2 --log-interval 1 --data "$dir")
 fail() { echo "FAIL: $*"; exit 1; }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -17,6 +18,28 @@
 #include "ops/ops.h"
 
 namespace tcn::test {
+
+// Deterministic pseudo-text: random words from a small list (learnable: the
+// letters inside a word are predictable).
+inline std::string synthetic_text(size_t n, uint64_t seed) {
+  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog\n", "ran "};
+  std::string s;
+  Generator g(seed);
+  auto u = rand({static_cast<int64_t>(n)}, {DType::F64}, g).to_vector<double>();
+  for (size_t i = 0; s.size() < n; ++i) s += words[static_cast<size_t>(u[i % n] * words.size())];
+  return s.substr(0, n);
+}
+
+// ptb.{train,valid,test}.txt of synthetic text in `dir`.
+inline void write_corpus(const std::string& dir, size_t train = 6000, size_t other = 1500) {
+  const std::pair<const char*, std::string> files[] = {{"ptb.train.txt", synthetic_text(train, 1)},
+                                                       {"ptb.valid.txt", synthetic_text(other, 2)},
+                                                       {"ptb.test.txt", synthetic_text(other, 3)}};
+  for (const auto& [name, text] : files) {
+    std::ofstream f(dir + "/" + name, std::ios::binary | std::ios::trunc);
+    f << text;
+  }
+}
 
 // A float64 tensor of `shape` with values in [lo, hi). With noncontig, it is a
 // transposed view of a differently shaped buffer (its last two dims swapped

@@ -18,6 +18,7 @@
 using namespace tcn;
 using namespace charlm;
 namespace fs = std::filesystem;
+using tcn::test::synthetic_text;
 using tcn::test::TempDir;
 
 namespace {
@@ -27,21 +28,8 @@ void write(const std::string& path, const std::string& text) {
   f << text;
 }
 
-// Deterministic pseudo-text: random words from a small list (learnable: the
-// letters inside a word are predictable).
-std::string synthetic_text(size_t n, uint64_t seed) {
-  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog\n", "ran "};
-  std::string s;
-  Generator g(seed);
-  auto u = rand({static_cast<int64_t>(n)}, {DType::F64}, g).to_vector<double>();
-  for (size_t i = 0; s.size() < n; ++i) s += words[static_cast<size_t>(u[i % n] * words.size())];
-  return s.substr(0, n);
-}
-
 void write_corpus(const TempDir& d, size_t train = 6000, size_t other = 1500) {
-  write(d.file("ptb.train.txt"), synthetic_text(train, 1));
-  write(d.file("ptb.valid.txt"), synthetic_text(other, 2));
-  write(d.file("ptb.test.txt"), synthetic_text(other, 3));
+  tcn::test::write_corpus(d.str(), train, other);
 }
 
 TrainOptions small_options(const TempDir& d) {

@@ -22,23 +22,6 @@ namespace {
 
 const Device kCuda = Device::cuda(0);
 
-// Deterministic pseudo-text (as tests/test_charlm.cpp): random words from a small list.
-std::string synthetic_text(size_t n, uint64_t seed) {
-  const std::vector<std::string> words = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog\n", "ran "};
-  std::string s;
-  Generator g(seed);
-  auto u = rand({static_cast<int64_t>(n)}, {DType::F64}, g).to_vector<double>();
-  for (size_t i = 0; s.size() < n; ++i) s += words[static_cast<size_t>(u[i % n] * words.size())];
-  return s.substr(0, n);
-}
-
-void write_corpus(const TempDir& d) {
-  for (auto [name, n, seed] : {std::tuple{"ptb.train.txt", 3000, 1}, {"ptb.valid.txt", 600, 2}, {"ptb.test.txt", 600, 3}}) {
-    std::ofstream f(d.file(name), std::ios::binary);
-    f << synthetic_text(n, seed);
-  }
-}
-
 // The parameters of a module, each compared with its counterpart.
 void check_params_close(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu, double atol, double rtol,
                         const char* what) {
@@ -331,7 +314,7 @@ TEST_CASE("a checkpoint saved from CUDA parameters loads back equal (CPU and CUD
 TEST_CASE("charlm on CUDA: the first 5 losses equal the CPU's, and a resumed CUDA run continues exactly" *
           doctest::skip(!cuda::is_available())) {
   TempDir d;
-  write_corpus(d);
+  tcn::test::write_corpus(d.str(), 3000, 600);
   for (const char* model : {"tcn", "lstm"}) {
     INFO("model ", model);
     charlm::TrainOptions cpu = small_train_options(d, model, "cpu"), gpu = small_train_options(d, model, "cuda");
