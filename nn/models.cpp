@@ -1,5 +1,8 @@
 #include "nn/models.h"
 
+#include <algorithm>
+#include <type_traits>
+
 namespace tcn::nn {
 
 // ---- TemporalBlock / TemporalConvNet ---------------------------------------------
@@ -85,11 +88,33 @@ template <class Config, class Fields>
 Config fields_from_json(const nlohmann::json& j, Fields fields, const char* what) {
   Config c;
   try {
-    fields(c, [&](const char* key, auto& v) { v = j.at(key).get<std::decay_t<decltype(v)>>(); });
+    TCN_CHECK(j.is_object(), what, " config ", j.dump(), " is not a JSON object");
+    fields(c, [&](const char* key, auto& v) {
+      using T = std::decay_t<decltype(v)>;
+      const auto& x = j.at(key);
+      // Integers must be JSON integers (no 46.5 truncated to 46, no 1e300).
+      if constexpr (std::is_integral_v<T>)
+        TCN_CHECK(x.is_number_integer(), what, " config: ", key, " must be an integer, got ", x.dump());
+      else
+        TCN_CHECK(x.is_number(), what, " config: ", key, " must be a number, got ", x.dump());
+      v = x.get<T>();
+    });
   } catch (const nlohmann::json::exception& e) {
     TCN_FAIL(what, " config ", j.dump(), " is invalid: ", e.what());
   }
+  c.validate();
   return c;
+}
+
+void check_field(const char* what, const char* key, int64_t v, int64_t lo, int64_t hi) {
+  TCN_CHECK(v >= lo && v <= hi, what, " config: ", key, " must be in [", lo, ", ", hi, "], got ", v);
+}
+void check_dropout(const char* what, const char* key, double p) {
+  TCN_CHECK(p >= 0 && p < 1, what, " config: ", key, " must be in [0, 1), got ", p);
+}
+void check_parameters(const char* what, int64_t n) {
+  TCN_CHECK(n <= limits::kMaxParameters, what, " config describes ", n, " parameters (", n * 4 >> 20,
+            " MiB of fp32), more than the limit of ", limits::kMaxParameters);
 }
 
 }  // namespace
@@ -98,16 +123,51 @@ nlohmann::json TCNConfig::to_json() const { return fields_to_json(*this, [](auto
 TCNConfig TCNConfig::from_json(const nlohmann::json& j) {
   return fields_from_json<TCNConfig>(j, [](auto& c, auto&& f) { tcn_fields(c, f); }, "TCN");
 }
+void TCNConfig::validate() const {
+  check_field("TCN", "vocab_size", vocab_size, 1, limits::kMaxVocab);
+  check_field("TCN", "emsize", emsize, 1, limits::kMaxWidth);
+  check_field("TCN", "nhid", nhid, 1, limits::kMaxWidth);
+  check_field("TCN", "levels", levels, 1, limits::kMaxLevels);
+  check_field("TCN", "ksize", ksize, 1, limits::kMaxKsize);
+  check_dropout("TCN", "dropout", dropout);
+  check_dropout("TCN", "emb_dropout", emb_dropout);
+  check_parameters("TCN", parameter_count());
+}
+int64_t TCNConfig::parameter_count() const {
+  // Within the limits above no term overflows (at most 2^44 in all).
+  int64_t n = vocab_size * emsize + vocab_size;  // encoder (= decoder) weight, decoder bias
+  for (int64_t i = 0; i < levels; ++i) {
+    const int64_t in = i == 0 ? emsize : nhid, out = i == levels - 1 ? emsize : nhid;
+    n += out + out * in * ksize + out;    // conv1: weight_g, weight_v, bias
+    n += out + out * out * ksize + out;   // conv2
+    if (in != out) n += out * in + out;   // downsample
+  }
+  return n;
+}
 nlohmann::json LSTMConfig::to_json() const {
   return fields_to_json(*this, [](auto& c, auto&& f) { lstm_fields(c, f); });
 }
 LSTMConfig LSTMConfig::from_json(const nlohmann::json& j) {
   return fields_from_json<LSTMConfig>(j, [](auto& c, auto&& f) { lstm_fields(c, f); }, "LSTM");
 }
+void LSTMConfig::validate() const {
+  check_field("LSTM", "vocab_size", vocab_size, 1, limits::kMaxVocab);
+  check_field("LSTM", "emsize", emsize, 1, limits::kMaxWidth);
+  check_field("LSTM", "nhid", nhid, 1, limits::kMaxWidth);
+  check_field("LSTM", "layers", layers, 1, limits::kMaxLayers);
+  check_dropout("LSTM", "dropout", dropout);
+  check_dropout("LSTM", "emb_dropout", emb_dropout);
+  check_parameters("LSTM", parameter_count());
+}
+int64_t LSTMConfig::parameter_count() const {
+  int64_t n = vocab_size * emsize + nhid * vocab_size + vocab_size;  // encoder, decoder weight and bias
+  for (int64_t l = 0; l < layers; ++l) n += 4 * nhid * ((l == 0 ? emsize : nhid) + nhid + 2);  // W_ih, W_hh, biases
+  return n;
+}
 
 // ---- the models ------------------------------------------------------------------------
 TCNCharLM::TCNCharLM(const TCNConfig& c, uint64_t seed) : cfg(c) {
-  TCN_CHECK(c.levels >= 1, "TCN: levels must be >= 1, got ", c.levels);
+  c.validate();
   Generator init(seed);
   dropout_gen_ = Generator(seed ^ 0x5eedd20b0u);
   encoder = register_module("encoder", std::make_shared<Embedding>(c.vocab_size, c.emsize, init));
@@ -134,6 +194,7 @@ Tensor TCNCharLM::forward(const Tensor& tokens, int64_t keep_last) {
 }
 
 LSTMCharLM::LSTMCharLM(const LSTMConfig& c, uint64_t seed) : cfg(c) {
+  c.validate();
   Generator init(seed);
   dropout_gen_ = Generator(seed ^ 0x5eedd20b0u);
   encoder = register_module("encoder", std::make_shared<Embedding>(c.vocab_size, c.emsize, init));
@@ -174,8 +235,13 @@ void save_char_lm(const std::string& path, const CharLM& model, const std::vecto
 }
 
 LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_prefix) {
+  return load_char_lm(load_safetensors(path), ignore_prefix);
+}
+
+LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_prefix) {
   LoadedCharLM out;
-  out.file = load_safetensors(path);
+  out.file = std::move(file);
+  const std::string& path = out.file.path;
   const Metadata& m = out.file.metadata;
   auto get = [&](const char* key) -> const std::string& {
     auto it = m.find(key);
@@ -185,16 +251,36 @@ LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_pre
   TCN_CHECK(get("format") == "tcn-checkpoint", path, ": metadata format is '", get("format"),
             "', expected tcn-checkpoint");
   TCN_CHECK(get("version") == "1", path, ": checkpoint version ", get("version"), " is not supported (expected 1)");
-  nlohmann::json config;
+  nlohmann::json config, vocab;
   try {
     config = nlohmann::json::parse(get("config"));
-    out.vocab = nlohmann::json::parse(get("vocab")).get<std::vector<std::string>>();
+    vocab = nlohmann::json::parse(get("vocab"));
   } catch (const nlohmann::json::exception& e) {
     TCN_FAIL(path, ": corrupt checkpoint metadata (", e.what(), ")");
   }
-  out.model = make_char_lm(get("model"), config, 0);
-  TCN_CHECK(static_cast<int64_t>(out.vocab.size()) == config.value("vocab_size", int64_t{-1}), path, ": vocabulary of ",
-            out.vocab.size(), " characters does not match vocab_size in the config ", config.dump());
+  TCN_CHECK(vocab.is_array() && std::all_of(vocab.begin(), vocab.end(), [](const auto& v) { return v.is_string(); }),
+            path, ": corrupt checkpoint metadata: vocab is not a list of strings");
+  out.vocab = vocab.get<std::vector<std::string>>();
+  // The config is validated (bounds, parameter count) and checked against what
+  // the file holds before a single parameter is allocated.
+  const std::string& kind = get("model");
+  int64_t needed = 0;
+  try {
+    if (kind == "tcn") needed = TCNConfig::from_json(config).parameter_count();
+    else if (kind == "lstm") needed = LSTMConfig::from_json(config).parameter_count();
+    else TCN_FAIL("unknown model '", kind, "': expected tcn or lstm");
+  } catch (const Error& e) {
+    TCN_FAIL(path, ": ", e.what());
+  }
+  TCN_CHECK(static_cast<int64_t>(out.vocab.size()) == config.at("vocab_size").get<int64_t>(), path,
+            ": vocabulary of ", out.vocab.size(), " characters does not match vocab_size in the config ",
+            config.dump());
+  int64_t held = 0;
+  for (const auto& [name, t] : out.file.tensors)
+    if (ignore_prefix.empty() || name.rfind(ignore_prefix, 0) != 0) held += t.numel();
+  TCN_CHECK(held >= needed, path, ": its config describes a model of ", needed, " parameters, but the file holds ",
+            held, " values: truncated, or a corrupt config ", config.dump());
+  out.model = make_char_lm(kind, config, 0);
   load_module(out.file, *out.model, ignore_prefix);
   return out;
 }

@@ -44,11 +44,27 @@ class TemporalConvNet : public Module {
   std::shared_ptr<ModuleList<TemporalBlock>> network;
 };
 
+// The bounds every model config is checked against (from flags, JSON or a
+// checkpoint) before anything is allocated; charlm's flags use the same ones.
+namespace limits {
+constexpr int64_t kMaxVocab = int64_t{1} << 20;         // vocab_size
+constexpr int64_t kMaxWidth = 65536;                    // emsize, nhid
+constexpr int64_t kMaxLevels = 32;                      // TCN levels: dilations 1 .. 2^31
+constexpr int64_t kMaxLayers = 64;                      // LSTM layers
+constexpr int64_t kMaxKsize = 64;                       // TCN kernel size
+constexpr int64_t kMaxParameters = int64_t{1} << 31;    // 8 GiB of fp32 weights (training needs 3-4x that)
+}  // namespace limits
+
 struct TCNConfig {
   int64_t vocab_size = 50, emsize = 100, nhid = 450, levels = 3, ksize = 3;
   double dropout = 0.1, emb_dropout = 0.1;
   nlohmann::json to_json() const;
+  // Every field required and validated.
   static TCNConfig from_json(const nlohmann::json& j);
+  // Each field within limits:: and dropouts in [0, 1), then parameter_count()
+  // within kMaxParameters; a tcn::Error naming the field otherwise.
+  void validate() const;
+  int64_t parameter_count() const;  // of the model this config builds (the tied weight once)
 };
 
 struct LSTMConfig {
@@ -56,6 +72,8 @@ struct LSTMConfig {
   double dropout = 0.1, emb_dropout = 0.1;
   nlohmann::json to_json() const;
   static LSTMConfig from_json(const nlohmann::json& j);
+  void validate() const;
+  int64_t parameter_count() const;
 };
 
 // What a trainer needs from either model.
@@ -118,7 +136,11 @@ struct LoadedCharLM {
   SafetensorsContents file;  // everything in the file (metadata, extra tensors)
 };
 // Rebuilds the model from the metadata and loads its weights strictly; tensors
-// under `ignore_prefix` (e.g. "optim.") are left for the caller.
+// under `ignore_prefix` (e.g. "optim.") are left for the caller. The config is
+// validated, and must describe no more parameters than the file holds values,
+// before the model is built (a small file cannot make a huge allocation).
 LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_prefix = "");
+// The same over a file already read (the fuzzer's entry point).
+LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_prefix = "");
 
 }  // namespace tcn::nn

@@ -27,13 +27,13 @@ void Optimizer::load_state(const NamedTensors& incoming) {
   NamedTensors mine = state();
   TCN_CHECK(incoming.size() == mine.size(), "optimizer state has ", incoming.size(), " tensors, expected ",
             mine.size());
-  autograd::NoGrad ng;
-  for (size_t i = 0; i < mine.size(); ++i) {
+  for (size_t i = 0; i < mine.size(); ++i)  // all checked before anything is copied
     TCN_CHECK(incoming[i].first == mine[i].first && incoming[i].second.shape() == mine[i].second.shape(),
               "optimizer state: got '", incoming[i].first, "' ", incoming[i].second.shape(), ", expected '",
               mine[i].first, "' ", mine[i].second.shape());
+  autograd::NoGrad ng;
+  for (size_t i = 0; i < mine.size(); ++i)
     copy_(mine[i].second, incoming[i].second.to(mine[i].second.dtype()).to(mine[i].second.device()));
-  }
 }
 
 // ---- SGD --------------------------------------------------------------------------------

@@ -1,15 +1,27 @@
 #include "nn/safetensors.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <bit>
 #include <climits>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/files.h"
 #include "ops/ops.h"
 
 namespace tcn::nn {
@@ -18,7 +30,11 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 
 namespace {
 
-constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // a header is names, shapes, offsets and metadata
+// A header is names, shapes, offsets and metadata: a few KB for our models. The
+// bound keeps a hostile header's parsed form (~16 bytes per JSON value) small.
+constexpr uint64_t kMaxHeaderBytes = 16u << 20;
+// {name: {"shape": [...]}} and {"__metadata__": {key: "string"}} nest 3 deep.
+constexpr int kMaxHeaderDepth = 3;
 
 const char* st_dtype(DType t) {
   switch (t) {
@@ -37,6 +53,60 @@ bool parse_st_dtype(const std::string& s, DType& out) {
   return true;
 }
 
+constexpr const char* kChecksumsKey = "checksums";
+constexpr const char* kHashPrefix = "xxh3-64:";
+
+std::string hash_bytes(const void* data, size_t size) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(data, size)));
+  return kHashPrefix + std::string(hex);
+}
+
+// The directory part and the file name part of `path` ("." when there is no directory).
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// Temp files of save_safetensors: ".<name>.tmp-<pid>-<n>" next to the target.
+std::string temp_prefix(const std::string& name) { return "." + name + ".tmp-"; }
+std::string temp_path(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  const auto [dir, name] = split_path(path);
+  return dir + "/" + temp_prefix(name) + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+// A path that exists must be a regular file (not followed if it is a symlink).
+void check_replaceable(const std::string& path, const char* who) {
+  struct stat sb {};
+  if (::lstat(path.c_str(), &sb) != 0) return;  // missing: a new file
+  TCN_CHECK(S_ISREG(sb.st_mode), who, "'", path, "' is ", file_kind(sb.st_mode),
+            ", not a regular file; refusing to replace it");
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Creates `tmp` exclusively (never an existing file, never through a symlink).
+int create_temp(const std::string& tmp, const char* who) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  TCN_CHECK(fd >= 0, who, "cannot create '", tmp, "' for writing: ", std::strerror(errno));
+  return fd;
+}
+
+// After a rename, the directory entry itself reaches the disk only when the
+// directory is synced. File systems that cannot sync a directory say EINVAL.
+void sync_directory(const std::string& dir) {
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd >= 0 && ::fsync(d.fd) != 0 && errno != EINVAL && errno != EROFS)
+    TCN_FAIL("save_safetensors: cannot sync directory '", dir, "': ", std::strerror(errno));
+}
+
 }  // namespace
 
 bool SafetensorsContents::contains(const std::string& name) const {
@@ -53,10 +123,13 @@ const Tensor& SafetensorsContents::at(const std::string& name) const {
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const Metadata& metadata) {
+  TCN_CHECK(!path.empty(), "save_safetensors: empty path");
+  TCN_CHECK(!metadata.count(kChecksumsKey), "save_safetensors: the metadata key '", kChecksumsKey, "' is reserved");
+  check_replaceable(path, "save_safetensors: ");
   nlohmann::ordered_json header;
-  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> host;
   std::set<std::string> seen;
+  nlohmann::ordered_json checksums = nlohmann::ordered_json::object();
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
     TCN_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
@@ -65,56 +138,96 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     Tensor c = t.detach().to(Device::cpu()).contiguous();
     size_t nbytes = c.numel() * dtype_size(c.dtype());
     header[name] = {{"dtype", st_dtype(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + nbytes}}};
+    checksums[name] = hash_bytes(c.raw_data(), nbytes);
     offset += nbytes;
     host.push_back(c);
   }
+  nlohmann::ordered_json meta(metadata);
+  meta[kChecksumsKey] = checksums.dump();
+  header["__metadata__"] = meta;
   std::string json = header.dump();
   while ((8 + json.size()) % 8 != 0) json.push_back(' ');
-  uint64_t n = json.size();
+  const uint64_t n = json.size();
 
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = temp_path(path);
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    TCN_CHECK(f.good(), "save_safetensors: cannot open '", tmp, "' for writing: ", std::strerror(errno));
-    f.write(reinterpret_cast<const char*>(&n), 8);
-    f.write(json.data(), static_cast<std::streamsize>(json.size()));
-    for (const Tensor& c : host)
-      f.write(static_cast<const char*>(c.raw_data()), static_cast<std::streamsize>(c.numel() * dtype_size(c.dtype())));
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::remove(tmp.c_str());
-      TCN_FAIL("save_safetensors: writing '", tmp, "' failed (disk full?); '", path, "' is unchanged");
+    Fd f{create_temp(tmp, "save_safetensors: ")};
+    bool ok = write_all(f.fd, &n, 8) && write_all(f.fd, json.data(), json.size());
+    for (size_t i = 0; ok && i < host.size(); ++i)
+      ok = write_all(f.fd, host[i].raw_data(), host[i].numel() * dtype_size(host[i].dtype()));
+    if (ok) ok = ::fsync(f.fd) == 0;
+    if (ok) {
+      ok = ::close(f.fd) == 0;
+      f.fd = -1;
+    }
+    if (!ok) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      TCN_FAIL("save_safetensors: writing '", tmp, "' failed (", std::strerror(err), "); '", path, "' is unchanged");
     }
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    TCN_FAIL("save_safetensors: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    TCN_FAIL("save_safetensors: cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
+  sync_directory(split_path(path).first);
 }
 
-SafetensorsContents load_safetensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  TCN_CHECK(f.good(), path, ": cannot open: ", std::strerror(errno));
-  f.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
+void check_save_target(const std::string& path) {
+  TCN_CHECK(!path.empty(), "empty path");
+  check_replaceable(path, "");
+  const std::string tmp = temp_path(path);
+  Fd f{create_temp(tmp, "")};
+  ::unlink(tmp.c_str());
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& path) {
+  const auto [dir, name] = split_path(path);
+  const std::string prefix = temp_prefix(name);
+  std::vector<std::string> removed;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return removed;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string entry = e->d_name;
+    if (entry.rfind(prefix, 0) != 0) continue;
+    // "<pid>-<n>" after the prefix, digits only: anything else is not ours.
+    const std::string rest = entry.substr(prefix.size());
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || dash + 1 == rest.size() ||
+        rest.find_first_not_of("0123456789-") != std::string::npos || rest.find('-', dash + 1) != std::string::npos)
+      continue;
+    const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
+    if (pid <= 0 || pid > INT_MAX) continue;
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    const std::string full = dir + "/" + entry;
+    struct stat sb {};
+    if (::lstat(full.c_str(), &sb) == 0 && S_ISREG(sb.st_mode) && ::unlink(full.c_str()) == 0) removed.push_back(full);
+  }
+  ::closedir(d);
+  return removed;
+}
+
+SafetensorsContents load_safetensors(const std::string& path) { return parse_safetensors(read_regular_file(path), path); }
+
+SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& path) {
+  const uint64_t file_size = bytes.size();
   TCN_CHECK(file_size >= 8, path, ": not a safetensors file (", file_size, " bytes, shorter than the 8-byte header length)");
   uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
+  std::memcpy(&n, bytes.data(), 8);
   TCN_CHECK(n <= file_size - 8, path, ": truncated or corrupt: header length ", n, " exceeds the file size ", file_size);
   TCN_CHECK(n <= kMaxHeaderBytes, path, ": corrupt: header length ", n, " exceeds ", kMaxHeaderBytes, " bytes");
-  std::string json(n, '\0');
-  f.read(json.data(), static_cast<std::streamsize>(n));
-  TCN_CHECK(f.good(), path, ": read error in the header");
+  const std::string_view json = bytes.substr(8, n);
+  const std::string_view data = bytes.substr(8 + n);
 
   nlohmann::ordered_json header;  // ordered: tensors come back in the file's order (optimizer state is positional)
   std::string duplicate;          // the parser keeps one of two equal keys silently: catch them here
   std::set<std::string> top_keys;
-  auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
-    if (depth == 1 && event == nlohmann::ordered_json::parse_event_t::key && parsed.is_string() &&
+  using Event = nlohmann::ordered_json::parse_event_t;
+  auto on_event = [&](int depth, Event event, nlohmann::ordered_json& parsed) {
+    if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxHeaderDepth)
+      TCN_FAIL(path, ": corrupt header: nested deeper than a safetensors header (", kMaxHeaderDepth, " levels)");
+    if (depth == 1 && event == Event::key && parsed.is_string() &&
         !top_keys.insert(parsed.get<std::string>()).second && duplicate.empty())
       duplicate = parsed.get<std::string>();
     return true;
@@ -126,7 +239,7 @@ SafetensorsContents load_safetensors(const std::string& path) {
   }
   TCN_CHECK(header.is_object(), path, ": corrupt header (not a JSON object)");
   TCN_CHECK(duplicate.empty(), path, ": corrupt header: the name '", duplicate, "' appears twice");
-  const uint64_t data_size = file_size - 8 - n;
+  const uint64_t data_size = data.size();
 
   SafetensorsContents out;
   out.path = path;
@@ -137,13 +250,15 @@ SafetensorsContents load_safetensors(const std::string& path) {
     uint64_t begin, end;
   };
   std::vector<Entry> entries;
+  std::optional<std::string> checksums_json;
   try {
     for (auto it = header.begin(); it != header.end(); ++it) {
       if (it.key() == "__metadata__") {
         TCN_CHECK(it->is_object(), path, ": __metadata__ is not an object");
         for (auto m = it->begin(); m != it->end(); ++m) {
           TCN_CHECK(m->is_string(), path, ": __metadata__ value '", m.key(), "' is not a string");
-          out.metadata[m.key()] = m->get<std::string>();
+          if (m.key() == kChecksumsKey) checksums_json = m->get<std::string>();
+          else out.metadata[m.key()] = m->get<std::string>();
         }
         continue;
       }
@@ -196,11 +311,39 @@ SafetensorsContents load_safetensors(const std::string& path) {
     covered = en->end;
   }
   TCN_CHECK(covered == data_size, path, ": corrupt: ", data_size - covered, " trailing bytes after the last tensor");
+  // Checksums (files of other writers have none): one per tensor, each matching its bytes.
+  std::map<std::string, std::string> checksums;
+  if (checksums_json) {
+    try {
+      const auto j = nlohmann::json::parse(*checksums_json);
+      TCN_CHECK(j.is_object(), path, ": corrupt metadata: checksums is not a JSON object");
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        TCN_CHECK(it->is_string(), path, ": corrupt metadata: the checksum of '", it.key(), "' is not a string");
+        checksums[it.key()] = it->get<std::string>();
+      }
+    } catch (const nlohmann::json::exception& e) {
+      TCN_FAIL(path, ": corrupt metadata: checksums (", e.what(), ")");
+    }
+    for (const Entry& en : entries)
+      TCN_CHECK(checksums.count(en.name), path, ": corrupt metadata: no checksum for tensor '", en.name, "'");
+    std::set<std::string> names;
+    for (const Entry& en : entries) names.insert(en.name);
+    for (const auto& kv : checksums)
+      TCN_CHECK(names.count(kv.first), path, ": corrupt metadata: a checksum for '", kv.first,
+                "', which is not in the file");
+  }
   for (const Entry& en : entries) {
+    const std::string_view src = data.substr(en.begin, en.end - en.begin);
+    if (checksums_json) {
+      const std::string& want = checksums.at(en.name);
+      TCN_CHECK(want.rfind(kHashPrefix, 0) == 0, path, ": unsupported checksum '", want, "' for tensor '", en.name,
+                "' (expected ", kHashPrefix, "...)");
+      const std::string got = hash_bytes(src.data(), src.size());
+      TCN_CHECK(got == want, path, ": corrupt data: tensor '", en.name, "' does not match its checksum (", got,
+                ", the file says ", want, ")");
+    }
     Tensor t = empty(en.shape, {en.dtype, Device::cpu()});
-    f.seekg(static_cast<std::streamoff>(8 + n + en.begin));
-    f.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(en.end - en.begin));
-    TCN_CHECK(f.good(), path, ": read error in tensor '", en.name, "'");
+    if (!src.empty()) std::memcpy(t.raw_data(), src.data(), src.size());
     out.tensors.emplace_back(en.name, t);
   }
   return out;

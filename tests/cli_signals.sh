@@ -55,7 +55,7 @@ for sig in INT TERM; do
   grep -qE "^charlm: interrupted at step [0-9]+; checkpoint saved to $dir/$name.last.safetensors\$" "$dir/$name.err" ||
     fail "$name: unexpected stderr: $(cat "$dir/$name.err")"
   [ -f "$dir/$name.last.safetensors" ] || fail "$name: no checkpoint"
-  ls "$dir" | grep -q '\.tmp$' && fail "$name: a temp file was left behind"
+  ls -A "$dir" | grep -q '\.tmp-' && fail "$name: a temp file was left behind"
   "$charlm" eval --checkpoint "$dir/$name.last.safetensors" --data "$dir" --split valid --seq_len 40 \
     --validseqlen 30 --device cpu --max_batches 2 > "$dir/$name.eval.out" 2> "$dir/$name.eval.err" ||
     fail "$name: eval of the checkpoint failed: $(cat "$dir/$name.eval.err")"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Output that cannot be written is one line on stderr and a non-zero exit:
 # the metrics CSV hitting a file size limit mid-run (write failure after a good
-# open), and stdout on a full device.
+# open), stdout on a full device, a --save path that is a symlink or a FIFO
+# (refused, left as it was); and a killed save's temp file is cleaned up.
 # Usage: cli_write_errors.sh CHARLM
 set -uo pipefail
 charlm=$1
@@ -35,4 +36,30 @@ if [ -w /dev/full ]; then
     fail "stdout: unexpected stderr: $(cat "$dir/err")"
   echo "stdout: exit $rc, $(cat "$dir/err")"
 fi
+# --save onto a symlink or a FIFO: refused before training, nothing changed.
+echo original > "$dir/target"
+ln -s "$dir/target" "$dir/link.safetensors"
+mkfifo "$dir/fifo.safetensors"
+for save in link fifo; do
+  "$charlm" train "${flags[@]}" --metrics "$dir/s.csv" --max_steps 1 --save "$dir/$save.safetensors" 2> "$dir/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l < "$dir/err")" -eq 1 ] || fail "save to $save: exit $rc, $(cat "$dir/err")"
+  grep -qF "charlm: error: --save $dir/$save.safetensors: cannot write there" "$dir/err" ||
+    fail "save to $save: unexpected stderr: $(cat "$dir/err")"
+  echo "save to $save: exit $rc, $(cat "$dir/err")"
+done
+[ -L "$dir/link.safetensors" ] && [ -p "$dir/fifo.safetensors" ] && [ "$(cat "$dir/target")" = original ] ||
+  fail "a refused --save changed what was there"
+
+# A save killed mid-write leaves a temp file of a dead process: the next run removes it.
+bash -c 'exit 0' & dead=$!
+wait $dead
+stale="$dir/.m.safetensors.tmp-$dead-0"
+echo partial > "$stale"
+"$charlm" train "${flags[@]}" --metrics "$dir/t.csv" --max_steps 1 --save "$dir/m.safetensors" > "$dir/out" 2> "$dir/err" ||
+  fail "train with a stale temp file: $(cat "$dir/err")"
+grep -qF "removed stale temp file $stale" "$dir/out" || fail "stale temp file not reported: $(cat "$dir/out")"
+[ ! -e "$stale" ] && [ -f "$dir/m.safetensors" ] || fail "stale temp file not removed, or no checkpoint"
+[ -z "$(ls -A "$dir" | grep -F '.tmp-')" ] || fail "temp files left: $(ls -A "$dir")"
+echo "stale temp: removed"
 exit 0

@@ -1,7 +1,10 @@
 // safetensors and checkpoints: round trips, and every way a file can be bad
 // is a clear error that names the file and the problem, and loads nothing.
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +29,13 @@ void write_bytes(const std::string& p, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::vector<std::string> entries(const std::string& d) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(d)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 TCNConfig small_tcn() { return TCNConfig{.vocab_size = 5, .emsize = 4, .nhid = 6, .levels = 2, .ksize = 3}; }
 
 }  // namespace
@@ -39,7 +49,7 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, values and metada
   Tensor i = from_vector<int64_t>({7, -1, 3}, {3});
   Tensor s = scalar_tensor(2.5);
   save_safetensors(dir.file("a.safetensors"), {{"f", f}, {"d", d}, {"i", i}, {"s", s}}, {{"k", "v \"quoted\""}});
-  CHECK_FALSE(fs::exists(dir.file("a.safetensors.tmp")));
+  CHECK(entries(dir.str()) == std::vector<std::string>{"a.safetensors"});  // no temp file left
   SafetensorsContents c = load_safetensors(dir.file("a.safetensors"));
   CHECK(c.metadata.at("k") == "v \"quoted\"");
   CHECK(c.at("f").dtype() == DType::F32);
@@ -199,7 +209,165 @@ TEST_CASE("checkpoint metadata errors") {
 }
 
 TEST_CASE("an unwritable path is an error and leaves no file") {
-  CHECK_ERROR(save_safetensors("/nonexistent-dir/x.safetensors", {{"w", ones({2})}}), "cannot open '/nonexistent-dir/x.safetensors.tmp' for writing");
+  CHECK_ERROR(save_safetensors("/nonexistent-dir/x.safetensors", {{"w", ones({2})}}),
+              "cannot create '/nonexistent-dir/.x.safetensors.tmp-");
+  CHECK_ERROR(check_save_target("/nonexistent-dir/x.safetensors"), "cannot create '/nonexistent-dir/.x.safetensors.tmp-");
+}
+
+TEST_CASE("a flipped byte in tensor data is an error naming the tensor; checksums are checked for consistency") {
+  TempDir dir;
+  const std::string good = dir.file("good.safetensors");
+  save_safetensors(good, {{"a", full({3}, 1.5)}, {"b", full({2, 2}, -2.0)}}, {{"k", "v"}});
+  const std::string bytes = read_bytes(good);
+  SafetensorsContents c = load_safetensors(good);
+  CHECK(c.metadata == Metadata{{"k", "v"}});  // the checksums entry is the reader's, not the caller's
+  // Flip one bit in each byte of the data section in turn: every flip is caught and names its tensor.
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  for (size_t i = 8 + n; i < bytes.size(); ++i) {
+    std::string b = bytes;
+    b[i] = static_cast<char>(b[i] ^ 0x10);
+    write_bytes(dir.file("flip"), b);
+    const char* name = i < 8 + n + 12 ? "tensor 'a' does not match its checksum" : "tensor 'b' does not match its checksum";
+    CHECK_ERROR(load_safetensors(dir.file("flip")), name);
+  }
+  auto edit_checksums = [&](const std::string& json) {
+    std::string b = bytes;
+    const size_t at = b.find("\"checksums\":\"") + 13;
+    const size_t end = b.find("}\"", at) + 1;
+    std::string header = b.substr(8, n);
+    const std::string old = b.substr(at, end - at);
+    std::string escaped;
+    for (char ch : json) escaped += ch == '"' ? std::string("\\\"") : std::string(1, ch);
+    header.replace(at - 8, old.size(), escaped);
+    while (header.size() % 8) header += ' ';
+    std::string out(8, '\0');
+    const uint64_t hn = header.size();
+    std::memcpy(out.data(), &hn, 8);
+    write_bytes(dir.file("edited"), out + header + bytes.substr(8 + n));
+    return dir.file("edited");
+  };
+  const std::string sum_a = "xxh3-64:" + std::string(16, '0');
+  CHECK_ERROR(load_safetensors(edit_checksums("{\"a\":\"" + sum_a + "\"}")), "no checksum for tensor 'b'");
+  CHECK_ERROR(load_safetensors(edit_checksums("[1]")), "checksums is not a JSON object");
+  CHECK_ERROR(load_safetensors(edit_checksums("{")), "corrupt metadata: checksums");
+  CHECK_ERROR(load_safetensors(edit_checksums("{\"a\":\"crc:1\",\"b\":\"crc:2\"}")), "unsupported checksum 'crc:1'");
+  CHECK_ERROR(load_safetensors(edit_checksums("{\"a\":\"" + sum_a + "\",\"b\":\"" + sum_a + "\",\"c\":\"" + sum_a + "\"}")),
+              "a checksum for 'c', which is not in the file");
+  CHECK_ERROR(save_safetensors(dir.file("r.safetensors"), {{"a", ones({1})}}, {{"checksums", "{}"}}),
+              "the metadata key 'checksums' is reserved");
+}
+
+TEST_CASE("save refuses to replace what is not a regular file, and changes nothing there") {
+  TempDir dir;
+  const std::string target = dir.file("target.safetensors");
+  save_safetensors(target, {{"w", ones({2})}});
+  const std::string before = read_bytes(target);
+  // A symlink is refused, not followed and not replaced.
+  const std::string link = dir.file("link.safetensors");
+  fs::create_symlink(target, link);
+  CHECK_ERROR(save_safetensors(link, {{"w", zeros({2})}}), "is a symbolic link, not a regular file; refusing to replace it");
+  CHECK_ERROR(check_save_target(link), "is a symbolic link");
+  CHECK(fs::is_symlink(link));
+  CHECK(read_bytes(target) == before);
+  // A directory, and a FIFO (as /dev/null would be: a node that is not a file).
+  fs::create_directory(dir.file("sub"));
+  CHECK_ERROR(save_safetensors(dir.file("sub"), {{"w", ones({2})}}), "is a directory, not a regular file");
+  CHECK(fs::is_directory(dir.file("sub")));
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  CHECK_ERROR(save_safetensors(dir.file("fifo"), {{"w", ones({2})}}), "is a FIFO, not a regular file");
+  CHECK(fs::is_fifo(dir.file("fifo")));
+  CHECK_ERROR(load_safetensors(dir.file("fifo")), "is not a regular file (a FIFO)");  // and reading it does not block
+  // A regular file is replaced whole; no temp file remains.
+  save_safetensors(target, {{"w", zeros({2})}});
+  CHECK(load_safetensors(target).at("w").to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(entries(dir.str()) == std::vector<std::string>{"fifo", "link.safetensors", "sub", "target.safetensors"});
+}
+
+TEST_CASE("stale temp files of dead processes are removed; everything else is kept") {
+  TempDir dir;
+  const std::string target = dir.file("m.safetensors");
+  // The pid of a process that has exited (reaped, so kill(pid, 0) says ESRCH).
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  const std::string dead = dir.file(".m.safetensors.tmp-" + std::to_string(child) + "-3");
+  const std::string mine = dir.file(".m.safetensors.tmp-" + std::to_string(::getpid()) + "-0");
+  const std::string live = dir.file(".m.safetensors.tmp-1-0");  // init: always running
+  for (const std::string& keep : {dead, mine, live, dir.file(".m.safetensors.tmp-x-1"), dir.file(".m.safetensors.tmp-"),
+                                  dir.file(".other.safetensors.tmp-" + std::to_string(child) + "-0"), target})
+    write_bytes(keep, "x");
+  CHECK(remove_stale_temp_files(target) == std::vector<std::string>{dead});
+  CHECK_FALSE(fs::exists(dead));
+  for (const std::string& kept : {mine, live, target}) CHECK(fs::exists(kept));
+  CHECK(entries(dir.str()).size() == 6);
+  CHECK(remove_stale_temp_files(dir.file("none/x")).empty());  // a missing directory is nothing to clean
+}
+
+TEST_CASE("crafted headers nested deeper than safetensors allows are refused while parsing") {
+  std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[[1]],\"data_offsets\":[0,4]}}";
+  std::string b(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  CHECK_ERROR(parse_safetensors(b + header + std::string(4, '\0'), "mem"), "mem: corrupt header: nested deeper");
+  // A deep document is refused at its fourth level, long before its end.
+  header = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  b.assign(8, '\0');
+  const uint64_t m = header.size();
+  std::memcpy(b.data(), &m, 8);
+  CHECK_ERROR(parse_safetensors(b + header, "deep"), "nested deeper");
+}
+
+TEST_CASE("model configs are validated before a model is built, and must fit the file") {
+  // parameter_count() is the built model's.
+  for (const TCNConfig& c : {small_tcn(), TCNConfig{.vocab_size = 7, .emsize = 6, .nhid = 6, .levels = 3, .ksize = 2},
+                             TCNConfig{.vocab_size = 3, .emsize = 2, .nhid = 5, .levels = 1, .ksize = 4}}) {
+    TCNCharLM m(c, 1);
+    int64_t n = 0;
+    for (const auto& [name, p] : m.named_parameters()) n += p.numel();
+    CHECK(c.parameter_count() == n);
+  }
+  for (const LSTMConfig& c : {LSTMConfig{.vocab_size = 5, .emsize = 3, .nhid = 4, .layers = 1},
+                              LSTMConfig{.vocab_size = 6, .emsize = 4, .nhid = 3, .layers = 3}}) {
+    LSTMCharLM m(c, 1);
+    int64_t n = 0;
+    for (const auto& [name, p] : m.named_parameters()) n += p.numel();
+    CHECK(c.parameter_count() == n);
+  }
+  // A small file whose config is out of bounds, or describes far more parameters than it holds.
+  TempDir dir;
+  TCNCharLM small(small_tcn(), 3);
+  auto with_config = [&](const std::string& config, const std::string& model = "tcn") {
+    const std::string p = dir.file("c.safetensors");
+    save_module(p, small, {{"format", "tcn-checkpoint"}, {"version", "1"}, {"model", model}, {"config", config},
+                           {"vocab", "[\"a\",\"b\",\"c\",\"d\",\"e\"]"}});
+    return p;
+  };
+  auto tcn_config = [](const std::string& field, const std::string& value) {
+    nlohmann::json j = TCNConfig{.vocab_size = 5, .emsize = 4, .nhid = 6, .levels = 2, .ksize = 3}.to_json();
+    j[field] = nlohmann::json::parse(value);
+    return j.dump();
+  };
+  CHECK(load_char_lm(with_config(tcn_config("nhid", "6"))).model != nullptr);
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("nhid", "20000"))),
+              "its config describes a model of 1200740093 parameters, but the file holds 423 values");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("nhid", "60000"))), "more than the limit of 2147483648");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("emsize", "4611686018427387904"))),
+              "TCN config: emsize must be in [1, 65536], got 4611686018427387904");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("vocab_size", "4611686018427387904"))), "vocab_size must be in");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("nhid", "46.5"))), "TCN config: nhid must be an integer, got 46.5");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("levels", "0"))), "levels must be in [1, 32], got 0");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("levels", "64"))), "levels must be in [1, 32], got 64");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("ksize", "-3"))), "ksize must be in [1, 64], got -3");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("dropout", "1.0"))), "dropout must be in [0, 1), got 1");
+  CHECK_ERROR(load_char_lm(with_config(tcn_config("dropout", "\"0.1\""))), "dropout must be a number");
+  CHECK_ERROR(load_char_lm(with_config("[1,2]")), "is not a JSON object");
+  CHECK_ERROR(load_char_lm(with_config("{\"vocab_size\":5,\"emsize\":4,\"nhid\":9,\"layers\":99,\"dropout\":0,"
+                                       "\"emb_dropout\":0}", "lstm")),
+              "LSTM config: layers must be in [1, 64], got 99");
+  CHECK_ERROR(TCNCharLM(TCNConfig{.nhid = 0}, 1), "nhid must be in [1, 65536], got 0");
 }
 
 }  // TEST_SUITE

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/files.h"
 #include "ops/ops.h"
 
 namespace charlm {
@@ -43,51 +44,20 @@ std::vector<int64_t> Vocab::encode(const std::string& text, const std::string& w
 }
 
 std::string read_data_file(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO without a writer (or a device) must not wait;
-  // anything but a regular file is refused before a byte is read.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  TCN_CHECK(fd >= 0, "cannot read ", path,
+  struct stat sb {};
+  TCN_CHECK(::stat(path.c_str(), &sb) == 0, "cannot read ", path,
             ": the data directory must hold ptb.train.txt, ptb.valid.txt and ptb.test.txt "
             "(scripts/get_data.sh puts them in data/ptb; ",
             std::strerror(errno), ")");
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat sb {};
-  TCN_CHECK(::fstat(fd, &sb) == 0, "cannot read ", path, " (", std::strerror(errno), ")");
-  TCN_CHECK(S_ISREG(sb.st_mode), path, " is not a regular file (", file_kind(sb.st_mode),
-            "); data files must be regular files");
-  // A regular file never blocks; clear O_NONBLOCK anyway so a short read means end of file.
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  std::string s;
-  s.reserve(static_cast<size_t>(sb.st_size));
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    TCN_CHECK(n >= 0, "cannot read ", path, " (", std::strerror(errno), ")");
-    if (n == 0) break;
-    s.append(buf, static_cast<size_t>(n));
-  }
+  std::string s = tcn::read_regular_file(path);
   TCN_CHECK(!s.empty(), path, " is empty");
   return s;
-}
-
-const char* file_kind(unsigned mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISREG(mode)) return "a regular file";
-  return "not a regular file";
 }
 
 void check_regular_input(const std::string& path, const std::string& what) {
   struct stat sb {};
   if (::stat(path.c_str(), &sb) != 0) return;  // missing: the reader says so
-  TCN_CHECK(S_ISREG(sb.st_mode), what, " ", path, " is not a regular file (", file_kind(sb.st_mode), ")");
+  TCN_CHECK(S_ISREG(sb.st_mode), what, " ", path, " is not a regular file (", tcn::file_kind(sb.st_mode), ")");
 }
 
 Corpus load_corpus(const std::string& dir) {

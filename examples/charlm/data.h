@@ -38,9 +38,6 @@ std::string read_data_file(const std::string& path);
 // a regular file (e.g. before a checkpoint is opened); a missing path passes.
 void check_regular_input(const std::string& path, const std::string& what);
 
-// "a FIFO", "a directory", ... for a st_mode.
-const char* file_kind(unsigned mode);
-
 // Reads DIR/ptb.{train,valid,test}.txt. Missing or empty files are errors that
 // say which file and how to get the data.
 Corpus load_corpus(const std::string& dir);

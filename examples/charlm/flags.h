@@ -9,12 +9,15 @@
 #include <string>
 
 #include "core/error.h"
+#include "nn/models.h"
 
 namespace charlm::limits {
 
-constexpr int64_t kMaxWidth = 65536;         // --emsize, --nhid
-constexpr int64_t kMaxDepth = 64;            // --levels, --layers
-constexpr int64_t kMaxKsize = 64;            // --ksize
+// The model's own bounds (nn/models.h), so a flag and a checkpoint config agree.
+constexpr int64_t kMaxWidth = tcn::nn::limits::kMaxWidth;    // --emsize, --nhid
+constexpr int64_t kMaxLevels = tcn::nn::limits::kMaxLevels;  // --levels
+constexpr int64_t kMaxLayers = tcn::nn::limits::kMaxLayers;  // --layers
+constexpr int64_t kMaxKsize = tcn::nn::limits::kMaxKsize;    // --ksize
 constexpr int64_t kMaxBatch = 100000;        // --batch_size, --eval_batch_size
 constexpr int64_t kMaxSeqLen = 1000000;      // --seq_len
 constexpr int64_t kMaxCount = 1000000000000;  // --max_steps, --eval_batches, --eval_interval, --save_every, ...

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   train->add_option("--validseqlen", t.validseqlen, "scored positions at the end of each window, in [1, --seq_len]")->capture_default_str();
   train->add_option("--emsize", t.emsize, "embedding size, in [1, 65536]")->capture_default_str();
   auto* nhid = train->add_option("--nhid", t.nhid, "hidden channels, in [1, 65536] (default 450 for tcn, 700 for lstm)");
-  train->add_option("--levels", t.levels, "TCN levels (dilations 1, 2, 4, ...), in [1, 64]")->capture_default_str();
+  train->add_option("--levels", t.levels, "TCN levels (dilations 1, 2, 4, ...), in [1, 32]")->capture_default_str();
   train->add_option("--ksize", t.ksize, "TCN kernel size, in [1, 64]")->capture_default_str();
   train->add_option("--layers", t.layers, "LSTM layers, in [1, 64]")->capture_default_str();
   train->add_option("--dropout", t.dropout, "dropout in the layers, in [0, 1)")->capture_default_str();

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 
+#include "core/files.h"
 #include "core/threads.h"
 #include "cuda/runtime.h"
 #include "data.h"
@@ -138,7 +139,7 @@ void check_output_path(const char* flag, const std::string& path) {
   TCN_CHECK(!path.empty(), flag, ": empty path");
   struct stat sb {};
   if (::stat(path.c_str(), &sb) == 0) {
-    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", file_kind(sb.st_mode),
+    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", tcn::file_kind(sb.st_mode),
               ", not a regular file)");
     TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
     return;
@@ -146,20 +147,12 @@ void check_output_path(const char* flag, const std::string& path) {
   std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
   while (::stat(dir.c_str(), &sb) != 0 && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
   TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ",
-            file_kind(sb.st_mode), ")");
+            tcn::file_kind(sb.st_mode), ")");
   TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
             std::strerror(errno), ")");
 }
 
 // Fails early, before any training, when the checkpoint path cannot be written.
-void check_writable(const std::string& path) {
-  const std::string probe = path + ".tmp";
-  std::ofstream f(probe, std::ios::trunc);
-  TCN_CHECK(f.good(), "--save ", path, ": cannot write there (", std::strerror(errno), ")");
-  f.close();
-  std::remove(probe.c_str());
-}
-
 std::string last_path(const std::string& save) {
   const std::string ext = ".safetensors";
   std::string stem = save.size() > ext.size() && save.compare(save.size() - ext.size(), ext.size(), ext) == 0
@@ -190,9 +183,9 @@ void validate(const TrainOptions& o) {
             " must be in [1, --seq_len = ", o.seq_len, "]");
   check("--emsize", o.emsize, 1, kMaxWidth);
   check("--nhid", o.nhid, 1, kMaxWidth);
-  check("--levels", o.levels, 1, kMaxDepth);
+  check("--levels", o.levels, 1, kMaxLevels);
   check("--ksize", o.ksize, 1, kMaxKsize);
-  check("--layers", o.layers, 1, kMaxDepth);
+  check("--layers", o.layers, 1, kMaxLayers);
   check_real("--dropout", o.dropout, 0, 1, false, true);
   check_real("--emb_dropout", o.emb_dropout, 0, 1, false, true);
   check_real("--lr", o.lr, 0, kMaxLr, true, false);
@@ -334,6 +327,12 @@ class StopSignals {
 
 }  // namespace
 
+void check_resume_metadata(const TrainOptions& o, const nn::Metadata& meta, size_t windows_per_epoch) {
+  uint64_t seed = 0, offset = 0;
+  check_train_options(o, meta);
+  read_train_state(o, meta, windows_per_epoch, seed, offset);
+}
+
 int run_train(TrainOptions o) {
   // Console output of this run (nothing with --quiet); errors still throw.
   auto say = [&o](const char* fmt, auto... args) {
@@ -350,11 +349,17 @@ int run_train(TrainOptions o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = resolve_device(o.device);
   if (!o.save.empty()) {
-    check_output_path("--save", o.save);
-    check_output_path("--save", last_path(o.save));
-    check_writable(o.save);
-    // TODO(stale temps): remove our own stale temp files next to o.save and
-    // last_path(o.save) with the nn/safetensors.h helper once it exists.
+    for (const std::string& p : {o.save, last_path(o.save)}) {
+      check_output_path("--save", p);
+      try {
+        nn::check_save_target(p);
+      } catch (const tcn::Error& e) {
+        TCN_FAIL("--save ", p, ": cannot write there (", e.what(), ")");
+      }
+      // Temp files a killed run left next to its checkpoints (a save is atomic:
+      // the checkpoint itself is whole, the temp file is garbage).
+      for (const std::string& stale : nn::remove_stale_temp_files(p)) say("removed stale temp file %s\n", stale.c_str());
+    }
   }
   if (o.metrics.empty()) o.metrics = "runs/" + o.model + ".csv";
   check_output_path("--metrics", o.metrics);

@@ -30,6 +30,13 @@ struct TrainOptions {
 
 int run_train(TrainOptions opts);
 
+// The checks --resume makes of a checkpoint's metadata beyond its weights:
+// train_options must match `o` (optimizer, batch size, window lengths) and
+// every train_state value must be in range (next_batch within the resuming
+// run's `windows_per_epoch`); a tcn::Error naming the key otherwise. The
+// checkpoint fuzzer calls it too.
+void check_resume_metadata(const TrainOptions& o, const tcn::nn::Metadata& meta, size_t windows_per_epoch);
+
 struct EvalOptions {
   std::string checkpoint, data = "data/ptb", split = "test", device = "auto";
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
