@@ -134,7 +134,9 @@ void all_types(DType t, Fn&& fn) {
     case DType::F32: return fn(float{});
     case DType::F64: return fn(double{});
     case DType::I64: return fn(int64_t{});
+    case DType::BF16: break;
   }
+  TCN_FAIL("bfloat16 tensors on CUDA are not supported yet (mixed precision runs on the CPU)");
 }
 
 }  // namespace
@@ -191,7 +193,9 @@ void copy(const Tensor& dst, const Tensor& src) {
     case DType::F32: return launch_map<float>(dst, Identity<float>{}, src);
     case DType::F64: return launch_map<double>(dst, Identity<double>{}, src);
     case DType::I64: return launch_map<int64_t>(dst, Identity<int64_t>{}, src);
+    case DType::BF16: break;
   }
+  TCN_FAIL("copy: bfloat16 tensors on CUDA are not supported yet (mixed precision runs on the CPU)");
 }
 
 void fill(const Tensor& x, double value) {
@@ -199,7 +203,9 @@ void fill(const Tensor& x, double value) {
     case DType::F32: return launch_map<float>(x, Constant<float>{static_cast<float>(value)});
     case DType::F64: return launch_map<double>(x, Constant<double>{value});
     case DType::I64: return launch_map<int64_t>(x, Constant<int64_t>{static_cast<int64_t>(value)});
+    case DType::BF16: break;
   }
+  TCN_FAIL("fill: bfloat16 tensors on CUDA are not supported yet (mixed precision runs on the CPU)");
 }
 
 void add_inplace(const Tensor& x, const Tensor& y, double alpha) {

@@ -41,6 +41,7 @@ const char* st_dtype(DType t) {
     case DType::F32: return "F32";
     case DType::F64: return "F64";
     case DType::I64: return "I64";
+    case DType::BF16: return "BF16";
   }
   return "?";
 }
@@ -49,6 +50,7 @@ bool parse_st_dtype(const std::string& s, DType& out) {
   if (s == "F32") out = DType::F32;
   else if (s == "F64") out = DType::F64;
   else if (s == "I64") out = DType::I64;
+  else if (s == "BF16") out = DType::BF16;
   else return false;
   return true;
 }
@@ -269,7 +271,7 @@ SafetensorsContents parse_safetensors(std::string_view bytes, const std::string&
       en.name = it.key();
       TCN_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), en.dtype), path,
                 ": tensor '", en.name, "' has unsupported dtype ",
-                e["dtype"].is_string() ? e["dtype"].get<std::string>() : e["dtype"].dump(), " (supported: F32, F64, I64)");
+                e["dtype"].is_string() ? e["dtype"].get<std::string>() : e["dtype"].dump(), " (supported: F32, F64, I64, BF16)");
       // Every dimension a non-negative integer (no floats, no negatives), sizes
       // multiplied with overflow checks: validated before anything is allocated.
       TCN_CHECK(e["shape"].is_array(), path, ": tensor '", en.name, "' has a shape that is not a list");

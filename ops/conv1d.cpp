@@ -42,9 +42,8 @@ void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t
     TCN_CUDA_OP("conv1d", cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc));
     return;
   }
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
   dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
-    cpu::gemm<T>(tra, trb, M, N, K, static_cast<const T*>(A), lda, static_cast<const T*>(B), ldb, static_cast<T>(beta),
+    cpu::gemm(ta, tb, M, N, K, static_cast<const T*>(A), lda, static_cast<const T*>(B), ldb, static_cast<T>(beta),
                  static_cast<T*>(C), ldc);
   });
 }

@@ -35,7 +35,7 @@ void lstm_forward_cpu(T* act, const T* whh, const T* h0, const T* c0, T* hs, T* 
     T* a_t = act + t * G;  // row b at a_t + b * Tn * G
     const T* h_prev = t == 0 ? h0 : hs + (t - 1) * H;
     const int64_t ld_h = t == 0 ? H : Tn * H;
-    cpu::gemm<T>(CblasNoTrans, CblasTrans, B, G, H, h_prev, ld_h, whh, H, T(1), a_t, Tn * G);
+    cpu::gemm(false, true, B, G, H, h_prev, ld_h, whh, H, T(1), a_t, Tn * G);
 #pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
     for (int64_t b = 0; b < B; ++b) {
       T* a = a_t + b * Tn * G;
@@ -83,7 +83,7 @@ void lstm_backward_cpu(const T* act, const T* whh, const T* c0, const T* cs, con
       }
     }
     // dh_{t-1} = dG_t @ W_hh  ([B, 4H] rows with stride T*4H, W_hh [4H, H])
-    cpu::gemm<T>(CblasNoTrans, CblasNoTrans, B, H, G, dG + t * G, Tn * G, whh, H, T(0), dh, H);
+    cpu::gemm(false, false, B, H, G, dG + t * G, Tn * G, whh, H, T(0), dh, H);
   }
 }
 

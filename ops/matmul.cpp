@@ -1,4 +1,4 @@
-// Matrix products through OpenBLAS (CPU) or cuBLAS (GPU). A 2-D operand whose
+// Matrix products through the CPU GEMM (oneDNN or OpenBLAS: ops/cpu_blas.h) or cuBLAS (GPU). A 2-D operand whose
 // rows or columns are unit-stride goes to the GEMM as it is (a transposed view
 // is just a transposed operand with the other leading dimension; see
 // ops/gemm_layout.h), so mm(a, b.t()) copies nothing.
@@ -16,10 +16,9 @@ namespace {
 void batched_gemm_cpu(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
   GemmOperands g = gemm_operands(a_in, b_in);
-  const auto ta = g.la.trans ? CblasTrans : CblasNoTrans, tb = g.lb.trans ? CblasTrans : CblasNoTrans;
   dispatch_float(g.a.dtype(), op, [&]<class T>() {
     for (int64_t i = 0; i < B; ++i)
-      cpu::gemm<T>(ta, tb, M, N, K, g.a.data<T>() + i * g.a.stride(0), g.la.ld, g.b.data<T>() + i * g.b.stride(0),
+      cpu::gemm(g.la.trans, g.lb.trans, M, N, K, g.a.data<T>() + i * g.a.stride(0), g.la.ld, g.b.data<T>() + i * g.b.stride(0),
                    g.lb.ld, T(0), out.data<T>() + i * M * N, N);
   });
 }

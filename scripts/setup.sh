@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUILD_DIR:-build}
-PACKAGES="build-essential cmake libopenblas-dev libopenblas-openmp-dev doctest-dev libcli11-dev nlohmann-json3-dev gnuplot-nox libboost-context-dev libthrust-dev libxxhash-dev clang-14 libclang-rt-14-dev libomp-14-dev"
+PACKAGES="build-essential cmake libopenblas-dev libopenblas-openmp-dev doctest-dev libcli11-dev nlohmann-json3-dev gnuplot-nox libboost-context-dev libthrust-dev libxxhash-dev libdnnl-dev clang-14 libclang-rt-14-dev libomp-14-dev"
 
 if [ -z "${SKIP_APT:-}" ]; then
   SUDO=""
@@ -24,7 +24,7 @@ echo "== configuring $BUILD_DIR"
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 ||
   { cat "$BUILD_DIR.configure.log"; exit 1; }
-grep -E "tcn: (CUDA backend|cuDNN)" "$BUILD_DIR.configure.log" || true
+grep -E "tcn: (CUDA backend|cuDNN|oneDNN)" "$BUILD_DIR.configure.log" || true
 echo "== building ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 

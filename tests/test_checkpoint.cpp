@@ -124,8 +124,8 @@ TEST_CASE("bad files: missing, empty, truncated, corrupt header, bad dtype, bad 
     b.replace(b.find(from), from.size(), to);
     return b;
   };
-  write_bytes(dir.file("dtype"), replace("\"F32\"", "\"BF16\""));
-  CHECK_ERROR(load_safetensors(dir.file("dtype")), "tensor 'w' has unsupported dtype BF16");
+  write_bytes(dir.file("dtype"), replace("\"F32\"", "\"F16\""));
+  CHECK_ERROR(load_safetensors(dir.file("dtype")), "tensor 'w' has unsupported dtype F16");
   write_bytes(dir.file("shape"), replace("[4,4]", "[4,5]"));
   CHECK_ERROR(load_safetensors(dir.file("shape")), "has 64 bytes of data for shape [4, 5] of float32");
 }

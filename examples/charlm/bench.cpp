@@ -11,6 +11,7 @@
 #include "flags.h"
 #include "generate.h"
 #include "nn/optim.h"
+#include "ops/cpu_blas.h"
 #include "train.h"
 
 namespace charlm {
@@ -28,6 +29,7 @@ double median(std::vector<double> v) {
 
 struct Timing {
   double median_ms = 0, min_ms = 0;
+  double gemm_gflop = 0;  // float32 GEMM work of one step (CPU only; 0: not measured)
   int64_t params = 0;
   bool ok = false;
   std::string note;
@@ -39,7 +41,8 @@ void sync(const Device& dev) {
   if (dev.is_cuda()) cuda::synchronize();
 }
 
-Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& dev) {
+Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& dev, const std::string& label) {
+  Timing r;
   nlohmann::json cfg = kind == "tcn" ? nn::TCNConfig{}.to_json() : nn::LSTMConfig{}.to_json();
   auto model = nn::make_char_lm(kind, cfg, 1111);
   model->train();
@@ -55,6 +58,8 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   const int64_t hist = o.seq_len - o.validseqlen;
   std::vector<double> ms;
   for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    std::vector<cpu::GemmCall> calls;
+    if (s == o.warmup && !dev.is_cuda()) cpu::record_gemms(&calls);  // the first timed step: its GEMM FLOPs
     sync(dev);
     auto t0 = Clock::now();
     opt.zero_grad();
@@ -65,11 +70,12 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
     (void)loss.item();
     sync(dev);
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    std::fprintf(stderr, "  tcn %s step %lld: %.1f ms%s\n", kind.c_str(), static_cast<long long>(s + 1), t,
-                 s < o.warmup ? " (warmup)" : "");
+    cpu::record_gemms(nullptr);
+    for (const auto& c : calls) r.gemm_gflop += c.flops() / 1e9;
+    std::fprintf(stderr, "  tcn %s%s step %lld: %.1f ms%s\n", kind.c_str(), label.c_str(), static_cast<long long>(s + 1),
+                 t, s < o.warmup ? " (warmup)" : "");
     if (s >= o.warmup) ms.push_back(t);
   }
-  Timing r;
   r.median_ms = median(ms);
   r.min_ms = ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end());
   r.params = model->num_parameters();
@@ -138,29 +144,59 @@ int run_bench(const BenchOptions& o, const char*) {
               static_cast<long long>(o.validseqlen), o.threads, static_cast<long long>(o.steps),
               static_cast<long long>(o.warmup));
   std::fflush(stdout);
+  // The CPU GEMM libraries to time our steps with (the first is the headline row).
+  std::vector<cpu::GemmLibrary> libs;
+  if (!dev.is_cuda()) {
+    TCN_CHECK(o.cpu_gemm == "both" || o.cpu_gemm == "onednn" || o.cpu_gemm == "openblas", "--cpu_gemm ", o.cpu_gemm,
+              ": expected both, onednn or openblas");
+    if (o.cpu_gemm != "openblas" && cpu::onednn_available()) libs.push_back(cpu::GemmLibrary::OneDNN);
+    if (o.cpu_gemm != "onednn" || !cpu::onednn_available()) libs.push_back(cpu::GemmLibrary::OpenBLAS);
+    TCN_CHECK(o.cpu_gemm != "onednn" || cpu::onednn_available(), "--cpu_gemm onednn: this build has no oneDNN");
+  }
+  const cpu::GemmLibrary before = cpu::gemm_library();
   struct Row {
-    std::string kind;
+    std::string kind, label;
     Timing ours, torch;
   };
   std::vector<Row> rows;
-  for (const auto& k : kinds) rows.push_back({k, time_ours(k, o, dev), time_torch(k, o, dev)});
+  for (const auto& k : kinds) {
+    Timing torch = time_torch(k, o, dev);
+    if (libs.empty()) rows.push_back({k, "", time_ours(k, o, dev, ""), torch});
+    for (cpu::GemmLibrary lib : libs) {
+      cpu::set_gemm_library(lib);
+      const std::string label = std::string(" (") + cpu::gemm_library_name(lib) + ")";
+      rows.push_back({k, label, time_ours(k, o, dev, label), torch});
+    }
+  }
+  cpu::set_gemm_library(before);
 
-  std::printf("\n| model | params | tcn ms/step | PyTorch ms/step | tcn / PyTorch | target | chars/s (tcn) |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("\n| model | params | tcn ms/step | PyTorch ms/step | tcn / PyTorch | target | chars/s (tcn) | GEMM GFLOP/s of the step |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double target = r.kind == "tcn" ? 0.8 : 0.5;
     const double cps = static_cast<double>(o.batch_size * o.validseqlen) / (r.ours.median_ms / 1000);
+    const std::string gflops =
+        r.ours.gemm_gflop > 0 ? std::to_string(static_cast<int>(r.ours.gemm_gflop / (r.ours.median_ms / 1000))) : "-";
+    const std::string name = r.kind + r.label;
     if (r.torch.ok)
-      std::printf("| %s | %lld | %.1f | %.1f | %.2f | <= %.1f %s | %.0f |\n", r.kind.c_str(),
+      std::printf("| %s | %lld | %.1f | %.1f | %.2f | <= %.1f %s | %.0f | %s |\n", name.c_str(),
                   static_cast<long long>(r.ours.params), r.ours.median_ms, r.torch.median_ms,
                   r.ours.median_ms / r.torch.median_ms, target,
-                  r.ours.median_ms / r.torch.median_ms <= target ? "(met)" : "(NOT met)", cps);
+                  r.ours.median_ms / r.torch.median_ms <= target ? "(met)" : "(NOT met)", cps, gflops.c_str());
     else
-      std::printf("| %s | %lld | %.1f | - | - | <= %.1f | %.0f |  (%s)\n", r.kind.c_str(),
-                  static_cast<long long>(r.ours.params), r.ours.median_ms, target, cps, r.torch.note.c_str());
+      std::printf("| %s | %lld | %.1f | - | - | <= %.1f | %.0f | %s |  (%s)\n", name.c_str(),
+                  static_cast<long long>(r.ours.params), r.ours.median_ms, target, cps, gflops.c_str(),
+                  r.torch.note.c_str());
   }
-  if (rows.size() == 2)
-    std::printf("\nTCN step / LSTM step (tcn framework): %.2f\n", rows[0].ours.median_ms / rows[1].ours.median_ms);
+  if (kinds.size() == 2) {
+    const size_t per = rows.size() / 2;
+    std::printf("\nTCN step / LSTM step (tcn framework%s): %.2f\n", rows[0].label.c_str(),
+                rows[0].ours.median_ms / rows[per].ours.median_ms);
+  }
+  if (libs.size() == 2)
+    for (size_t i = 0; i + 1 < rows.size(); i += 2)
+      std::printf("%s step, oneDNN / OpenBLAS GEMMs: %.2f\n", rows[i].kind.c_str(),
+                  rows[i].ours.median_ms / rows[i + 1].ours.median_ms);
 
   if (o.generate_chars > 0) {
     if (dev.is_cuda()) std::printf("\n(generation runs on the CPU, whatever --device says)\n");

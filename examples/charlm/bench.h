@@ -13,6 +13,7 @@ namespace charlm {
 struct BenchOptions {
   std::string model = "both", torch = "auto", python = "/usr/bin/python3";
   std::string device = "cpu";  // cpu, cuda[:N] or auto: where both frameworks' training steps run
+  std::string cpu_gemm = "both";  // CPU steps timed with oneDNN and OpenBLAS GEMMs (both), or one of them
   int64_t steps = 5, warmup = 1, batch_size = 32, seq_len = 400, validseqlen = 320, generate_chars = 200;
   int threads = 2;
 };

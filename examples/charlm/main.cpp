@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
   bench->add_option("--batch_size", b.batch_size, "streams, in [1, 100000]")->capture_default_str();
   bench->add_option("--seq_len", b.seq_len, "window length, in [1, 1000000]")->capture_default_str();
   bench->add_option("--validseqlen", b.validseqlen, "scored positions, in [1, --seq_len]")->capture_default_str();
+  bench->add_option("--cpu_gemm", b.cpu_gemm, "CPU GEMMs for our steps: both (a row each), onednn or openblas")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"both", "onednn", "openblas"}));
   bench->add_option("--torch", b.torch, "auto (run PyTorch when importable), off")->capture_default_str();
   bench->add_option("--python", b.python, "Python with PyTorch")->capture_default_str();
   bench->add_option("--generate_chars", b.generate_chars, "characters for the generation benchmark, in [0, 100000000] (0: skip)")->capture_default_str();
