@@ -1,5 +1,6 @@
 #include "autograd/tape.h"
 
+#include "core/autocast.h"
 #include "ops/ops.h"
 
 namespace tcn::autograd {
@@ -17,6 +18,7 @@ struct Node {
   std::vector<Slot> inputs;
   std::vector<Slot> outputs;
   BackwardFn backward;
+  Precision precision;  // the autocast setting at record time; backward runs under it
 };
 
 struct Tape {
@@ -71,7 +73,7 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
 
 void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
   Tape& tp = tape();
-  Node node{name, {}, {}, std::move(backward)};
+  Node node{name, {}, {}, std::move(backward), autocast_precision()};
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (t.defined() && t.requires_grad() && !t.is_leaf())
@@ -154,7 +156,11 @@ void backward(const Tensor& root, const Tensor& grad) {
     for (size_t k = 0; k < grad_out.size(); ++k)
       if (!grad_out[k].defined()) grad_out[k] = zeros(node.outputs[k].shape, node.outputs[k].options);
 
-    TensorList grad_in = node.backward(grad_out);
+    TensorList grad_in;
+    {
+      Autocast precision(node.precision);
+      grad_in = node.backward(grad_out);
+    }
     node.backward = nullptr;  // frees the saved tensors now
     grad_out.clear();
     TCN_CHECK(grad_in.size() == node.inputs.size(), "backward of ", node.name, " returned ",

@@ -17,7 +17,9 @@
 // After the sweep the whole tape is freed (saved tensors included); calling
 // backward again on a tensor from that tape is an error that says so.
 //
-// Backward closures run with grad mode off, so they can use ordinary ops.
+// Backward closures run with grad mode off, so they can use ordinary ops, and
+// with the autocast precision that was in force when the op was recorded
+// (core/autocast.h), so mixed precision covers the gradient GEMMs too.
 #pragma once
 
 #include <functional>

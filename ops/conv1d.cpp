@@ -18,6 +18,7 @@
 // thrown away (2% extra work at the reference sizes, instead of B times more
 // GEMM calls). The result is a strided view of yp: no copy. Backward is the
 // same walk: dxp[j*d : j*d + M] += dyp[0:M] @ w_j, dw_j = xp[j*d : j*d + M]^T @ dyp[0:M].
+#include "core/autocast.h"
 #include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
@@ -35,11 +36,17 @@ struct ConvRows {
 };
 
 // Row-major GEMM on the tensors' device: C = op(A) @ op(B) + beta * C, pointers
-// into the buffers of `like` (its dtype and device).
+// into the buffers of `like` (its dtype and device). When `like` is bfloat16
+// (mixed precision), A and B are bfloat16 and C is float32.
 void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
              const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
   if (like.device().is_cuda()) {
     TCN_CUDA_OP("conv1d", cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc));
+    return;
+  }
+  if (like.dtype() == DType::BF16) {
+    cpu::gemm(ta, tb, M, N, K, static_cast<const bfloat16*>(A), lda, static_cast<const bfloat16*>(B), ldb,
+              static_cast<float>(beta), static_cast<float*>(C), ldc);
     return;
   }
   dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
@@ -110,8 +117,16 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
   }
 
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
+  // Mixed precision (core/autocast.h): the GEMM operands in bfloat16, the
+  // output, the bias and the gradients in float32. The bf16 copies are also
+  // what backward keeps, at half the memory.
+  const bool bf16 = autocast_bf16(x_in);
   Tensor xp = to_padded_rows(x_in.detach(), left_pad, geo.Lp);
   Tensor wt = w.detach().permute({2, 1, 0}).contiguous();  // [K, Cin, Cout]: each tap a GEMM operand
+  if (bf16) {
+    xp = xp.to(DType::BF16);
+    wt = wt.to(DType::BF16);
+  }
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor yp = empty({B, geo.Lp, Cout}, x_in.options());
   conv1d_forward_rows(geo, xp, wt, b, yp);
@@ -119,15 +134,18 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
 
   if (autograd::needs_grad({x_in, w, bias})) {
     bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
-    autograd::record("conv1d", {x_in, w, bias}, {y}, [geo, xp, wt, need_x, need_w, need_b](const TensorList& g) {
+    const TensorOptions out_opts = x_in.options();
+    autograd::record("conv1d", {x_in, w, bias}, {y}, [geo, xp, wt, need_x, need_w, need_b, bf16,
+                                                      out_opts](const TensorList& g) {
       Tensor dyp = to_padded_rows(g[0], 0, geo.Lp);
+      if (bf16) dyp = dyp.to(DType::BF16);
       // Tap 0 writes rows [0, M) with beta = 0 below, so only the tail needs zeros.
       Tensor dxp;
       if (need_x) {
-        dxp = empty(xp.shape(), xp.options());
+        dxp = empty(xp.shape(), out_opts);
         zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
       }
-      Tensor dwt = need_w ? empty(wt.shape(), wt.options()) : Tensor();
+      Tensor dwt = need_w ? empty(wt.shape(), out_opts) : Tensor();
       conv1d_backward_rows(geo, xp, wt, dyp, dxp, dwt);
       return TensorList{need_x ? dxp.narrow(1, geo.left, geo.L) : Tensor(),
                         need_w ? dwt.permute({2, 1, 0}).contiguous() : Tensor(),

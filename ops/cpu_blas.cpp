@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -32,9 +33,9 @@ std::vector<GemmCall>* g_sink = nullptr;
 // its first step and reused after. oneDNN has its own primitive cache too, but
 // looking a primitive up there still builds its descriptor on every call.
 struct MatmulKey {
-  bool ta, tb, accumulate;
+  bool ta, tb, accumulate, bf16;  // bf16: bfloat16 A and B (C is float32 either way)
   int64_t M, N, K, lda, ldb, ldc;
-  auto tie() const { return std::tie(ta, tb, accumulate, M, N, K, lda, ldb, ldc); }
+  auto tie() const { return std::tie(ta, tb, accumulate, bf16, M, N, K, lda, ldb, ldc); }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
@@ -59,8 +60,9 @@ struct OneDNN {
     using dt = dnnl::memory::data_type;
     // Strides express the transposes: op(A) [M, K] is A itself (row stride
     // lda) or A^T of a [K, M] array (column stride lda).
-    md a({k.M, k.K}, dt::f32, k.ta ? dnnl::memory::dims{1, k.lda} : dnnl::memory::dims{k.lda, 1});
-    md b({k.K, k.N}, dt::f32, k.tb ? dnnl::memory::dims{1, k.ldb} : dnnl::memory::dims{k.ldb, 1});
+    const dt in = k.bf16 ? dt::bf16 : dt::f32;
+    md a({k.M, k.K}, in, k.ta ? dnnl::memory::dims{1, k.lda} : dnnl::memory::dims{k.lda, 1});
+    md b({k.K, k.N}, in, k.tb ? dnnl::memory::dims{1, k.ldb} : dnnl::memory::dims{k.ldb, 1});
     md c({k.M, k.N}, dt::f32, dnnl::memory::dims{k.ldc, 1});
     dnnl::primitive_attr attr;
     if (k.accumulate) {  // C = A @ B + beta * C: oneDNN's sum post-op with scale beta
@@ -79,11 +81,13 @@ OneDNN& onednn() {
   return *o;
 }
 
-void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+// A and B are float or bfloat16 (In), C float.
+template <class In>
+void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
                  int64_t ldb, float beta, float* C, int64_t ldc) {
   // The sum post-op's scale is part of the primitive: beta 0 and 1 (what tcn
-  // uses) each get their own entry; any other beta is keyed by its value too.
-  MatmulKey key{ta, tb, beta != 0.0f, M, N, K, lda, ldb, ldc};
+  // uses) each get their own entry.
+  MatmulKey key{ta, tb, beta != 0.0f, std::is_same_v<In, bfloat16>, M, N, K, lda, ldb, ldc};
   OneDNN& o = onednn();
   if (beta != 0.0f && beta != 1.0f) {
     // Rare: scale C first, then accumulate with beta 1.
@@ -93,7 +97,7 @@ void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float*
   }
   const OneDNN::Entry& e = o.get(key, beta);
   try {
-    dnnl::memory a(e.a, o.engine, const_cast<float*>(A)), b(e.b, o.engine, const_cast<float*>(B)), c(e.c, o.engine, C);
+    dnnl::memory a(e.a, o.engine, const_cast<In*>(A)), b(e.b, o.engine, const_cast<In*>(B)), c(e.c, o.engine, C);
     e.prim.execute(o.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     o.stream.wait();
   } catch (const dnnl::error& err) {
@@ -140,37 +144,55 @@ int64_t onednn_primitives_created() { return g_primitives.load(); }
 void record_gemms(std::vector<GemmCall>* sink) { g_sink = sink; }
 
 namespace {
-void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-              int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Empty products, handled before any library sees them (oneDNN divides by
+// M and N when it blocks; an empty sum over K is C = beta * C, as in BLAS).
+bool trivial(int64_t M, int64_t N, int64_t K, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+  return true;
 }
+
+// Runs `body` (the GEMM), appending its shape and time to the sink when one is set.
+template <class Body>
+void timed(bool ta, bool tb, bool bf16, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+           float beta, Body&& body) {
+  if (!g_sink) return body();
+  const auto t0 = std::chrono::steady_clock::now();
+  body();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g_sink->push_back({ta, tb, bf16, M, N, K, lda, ldb, ldc, beta, s});
+}
+
+}  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (!g_sink) return gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
-  const auto t0 = std::chrono::steady_clock::now();
-  gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  g_sink->push_back({ta, tb, M, N, K, lda, ldb, ldc, beta, s});
+  if (trivial(M, N, K, beta, C, ldc)) return;
+  timed(ta, tb, false, M, N, K, lda, ldb, ldc, beta, [&] {
+#if TCN_WITH_ONEDNN
+    if (gemm_library() == GemmLibrary::OneDNN) return onednn_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+#endif
+    cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  });
 }
 
-namespace {
-void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-              int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;  // nothing to compute (oneDNN divides by these when it blocks)
-  if (K == 0) {                  // an empty sum: C = beta * C, as BLAS does
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-    return;
-  }
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+          int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (trivial(M, N, K, beta, C, ldc)) return;
+  timed(ta, tb, true, M, N, K, lda, ldb, ldc, beta, [&] {
 #if TCN_WITH_ONEDNN
-  if (gemm_library() == GemmLibrary::OneDNN) {
-    onednn_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
+    if (gemm_library() == GemmLibrary::OneDNN) return onednn_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 #endif
-  cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    // Widen the stored arrays (rows x ld each) and multiply in float32.
+    const int64_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+    std::vector<float> a(A, A + (arows - 1) * lda + acols), b(B, B + (brows - 1) * ldb + bcols);
+    cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C,
+                ldc);
+  });
 }
-}  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
           int64_t ldb, double beta, double* C, int64_t ldc) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bfloat16.h"
+
 namespace tcn::cpu {
 
 // C = op(A) @ op(B) + beta * C, row-major, C [M, N] with leading dimension ldc;
@@ -17,6 +19,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
           int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
           int64_t ldb, double beta, double* C, int64_t ldc);
+// Mixed precision: bfloat16 A and B, float32 accumulation and C. On oneDNN
+// (AVX512-BF16 dot products where the CPU has them); without oneDNN, A and B
+// are widened to float32 and multiplied by OpenBLAS (same result, no speedup).
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+          int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Which library computes float32 GEMMs. The default is oneDNN when built in;
 // the environment variable TCN_CPU_GEMM=openblas|onednn overrides it at the
@@ -35,7 +42,7 @@ int64_t onednn_primitives_created();
 // wall time to it (record_gemms(nullptr) stops). Not thread-safe: for one
 // training loop on one thread, which is how tcn calls GEMMs.
 struct GemmCall {
-  bool ta, tb;
+  bool ta, tb, bf16;
   int64_t M, N, K, lda, ldb, ldc;
   float beta;
   double seconds;

@@ -2,6 +2,7 @@
 // rows or columns are unit-stride goes to the GEMM as it is (a transposed view
 // is just a transposed operand with the other leading dimension; see
 // ops/gemm_layout.h), so mm(a, b.t()) copies nothing.
+#include "core/autocast.h"
 #include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
@@ -15,6 +16,15 @@ namespace {
 // out[b] = a[b] @ b[b] for every batch b; a is [B, M, K] (K > 0), b is [B, K, N], out [B, M, N] contiguous.
 void batched_gemm_cpu(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
+  if (autocast_bf16(a_in)) {
+    // Mixed precision (core/autocast.h): bfloat16 copies of both operands
+    // (contiguous: the conversion is the one copy), float32 accumulation and output.
+    GemmOperands g = gemm_operands(a_in.to(DType::BF16), b_in.to(DType::BF16));
+    for (int64_t i = 0; i < B; ++i)
+      cpu::gemm(g.la.trans, g.lb.trans, M, N, K, g.a.data<bfloat16>() + i * g.a.stride(0), g.la.ld,
+                g.b.data<bfloat16>() + i * g.b.stride(0), g.lb.ld, 0.0f, out.data<float>() + i * M * N, N);
+    return;
+  }
   GemmOperands g = gemm_operands(a_in, b_in);
   dispatch_float(g.a.dtype(), op, [&]<class T>() {
     for (int64_t i = 0; i < B; ++i)

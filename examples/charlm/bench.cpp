@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/autocast.h"
 #include "core/threads.h"
 #include "cuda/runtime.h"
 #include "flags.h"
@@ -83,7 +84,8 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   return r;
 }
 
-Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& dev) {
+Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& dev, const std::string& variant,
+                  const std::string& precision) {
   Timing r;
   if (o.torch == "off") {
     r.note = "skipped (--torch off)";
@@ -98,7 +100,7 @@ Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& 
   cmd = o.python + " '" + script + "' --model " + kind + " --steps " + std::to_string(o.steps) + " --warmup " +
         std::to_string(o.warmup) + " --threads " + std::to_string(o.threads) + " --batch_size " +
         std::to_string(o.batch_size) + " --seq_len " + std::to_string(o.seq_len) + " --validseqlen " +
-        std::to_string(o.validseqlen) + " --device " + dev.str();
+        std::to_string(o.validseqlen) + " --device " + dev.str() + " --variant " + variant + " --precision " + precision;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
     r.note = "could not start " + script;
@@ -144,59 +146,108 @@ int run_bench(const BenchOptions& o, const char*) {
               static_cast<long long>(o.validseqlen), o.threads, static_cast<long long>(o.steps),
               static_cast<long long>(o.warmup));
   std::fflush(stdout);
-  // The CPU GEMM libraries to time our steps with (the first is the headline row).
-  std::vector<cpu::GemmLibrary> libs;
-  if (!dev.is_cuda()) {
-    TCN_CHECK(o.cpu_gemm == "both" || o.cpu_gemm == "onednn" || o.cpu_gemm == "openblas", "--cpu_gemm ", o.cpu_gemm,
-              ": expected both, onednn or openblas");
-    if (o.cpu_gemm != "openblas" && cpu::onednn_available()) libs.push_back(cpu::GemmLibrary::OneDNN);
-    if (o.cpu_gemm != "onednn" || !cpu::onednn_available()) libs.push_back(cpu::GemmLibrary::OpenBLAS);
-    TCN_CHECK(o.cpu_gemm != "onednn" || cpu::onednn_available(), "--cpu_gemm onednn: this build has no oneDNN");
+  TCN_CHECK(o.cpu_gemm == "both" || o.cpu_gemm == "onednn" || o.cpu_gemm == "openblas", "--cpu_gemm ", o.cpu_gemm,
+            ": expected both, onednn or openblas");
+  TCN_CHECK(o.precision == "both" || o.precision == "fp32" || o.precision == "bf16", "--precision ", o.precision,
+            ": expected both, fp32 or bf16");
+  TCN_CHECK(o.cpu_gemm != "onednn" || cpu::onednn_available(), "--cpu_gemm onednn: this build has no oneDNN");
+  // Our configurations: (precision, CPU GEMM library). bf16 runs on oneDNN only
+  // (without it the bf16 GEMMs are widened to fp32: no point timing them twice).
+  struct Config {
+    Precision precision;
+    cpu::GemmLibrary lib;
+  };
+  std::vector<Config> configs;
+  const bool dnnl = cpu::onednn_available() && o.cpu_gemm != "openblas";
+  const bool blas = o.cpu_gemm != "onednn" || !cpu::onednn_available();
+  if (o.precision != "bf16") {
+    if (dnnl) configs.push_back({Precision::FP32, cpu::GemmLibrary::OneDNN});
+    if (blas) configs.push_back({Precision::FP32, cpu::GemmLibrary::OpenBLAS});
   }
+  if (o.precision != "fp32" && !dev.is_cuda())
+    configs.push_back({Precision::BF16, dnnl ? cpu::GemmLibrary::OneDNN : cpu::GemmLibrary::OpenBLAS});
+  if (dev.is_cuda()) configs = {{Precision::FP32, cpu::gemm_library()}};  // the CPU GEMM library plays no part
+  // PyTorch's rows: the published locuslab formulation and the fastest faithful
+  // one (tools/bench_torch.py --variant lean), fp32, and the lean one in bf16 autocast.
+  struct TorchConfig {
+    std::string variant, precision;
+  };
+  std::vector<TorchConfig> torch_configs{{"published", "fp32"}};
   const cpu::GemmLibrary before = cpu::gemm_library();
+
   struct Row {
-    std::string kind, label;
-    Timing ours, torch;
+    std::string kind, framework, variant, precision;
+    Timing t;
   };
   std::vector<Row> rows;
   for (const auto& k : kinds) {
-    Timing torch = time_torch(k, o, dev);
-    if (libs.empty()) rows.push_back({k, "", time_ours(k, o, dev, ""), torch});
-    for (cpu::GemmLibrary lib : libs) {
-      cpu::set_gemm_library(lib);
-      const std::string label = std::string(" (") + cpu::gemm_library_name(lib) + ")";
-      rows.push_back({k, label, time_ours(k, o, dev, label), torch});
+    std::vector<TorchConfig> tc = torch_configs;
+    if (k == "tcn") tc.push_back({"lean", "fp32"});  // the LSTM is nn.LSTM either way
+    if (o.precision != "fp32" && !dev.is_cuda()) tc.push_back({k == "tcn" ? "lean" : "published", "bf16"});
+    for (const auto& c : tc) rows.push_back({k, "PyTorch", c.variant, c.precision, time_torch(k, o, dev, c.variant, c.precision)});
+    for (const Config& c : configs) {
+      cpu::set_gemm_library(c.lib);
+      const Autocast scope(c.precision);
+      const std::string impl = dev.is_cuda() ? "cuBLAS" : cpu::gemm_library_name(c.lib);
+      const std::string label = std::string(" (") + precision_name(c.precision) + ", " + impl + ")";
+      rows.push_back({k, "tcn", impl, precision_name(c.precision), time_ours(k, o, dev, label)});
     }
   }
   cpu::set_gemm_library(before);
 
-  std::printf("\n| model | params | tcn ms/step | PyTorch ms/step | tcn / PyTorch | target | chars/s (tcn) | GEMM GFLOP/s of the step |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  // Ratios against the fastest PyTorch fp32 row of the same model, measured in this run.
+  auto fastest_torch = [&](const std::string& kind, const std::string& precision) {
+    double best = 0;
+    for (const Row& r : rows)
+      if (r.kind == kind && r.framework == "PyTorch" && r.precision == precision && r.t.ok &&
+          (best == 0 || r.t.median_ms < best))
+        best = r.t.median_ms;
+    return best;
+  };
+  // The issue-10 targets, as ratios to the fastest PyTorch fp32 row (and bf16 row).
+  auto target = [&](const Row& r) -> std::string {
+    if (r.framework != "tcn") return "";
+    const double f32 = fastest_torch(r.kind, "fp32"), b16 = fastest_torch(r.kind, "bf16");
+    if (f32 == 0) return "(no PyTorch row)";
+    const double ratio = r.t.median_ms / f32;
+    if (r.kind == "tcn" && r.precision == "fp32")
+      return std::string("<= 0.60 ") + (ratio <= 0.6 ? "met" : "NOT met");
+    if (r.kind == "tcn" && r.precision == "bf16") {
+      const bool beats = b16 == 0 || r.t.median_ms < b16;
+      return std::string("<= 0.35 and < PyTorch bf16: ") + (ratio <= 0.35 && beats ? "met" : "NOT met");
+    }
+    if (r.kind == "lstm" && r.precision == "fp32") return std::string("<= 0.20 ") + (ratio <= 0.2 ? "met" : "NOT met");
+    return "";
+  };
+  std::printf("\n| model | framework | implementation | precision | params | ms/step (median) | / fastest PyTorch fp32 "
+              "| chars/s | GEMM GFLOP/s of the step | target |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    const double target = r.kind == "tcn" ? 0.8 : 0.5;
-    const double cps = static_cast<double>(o.batch_size * o.validseqlen) / (r.ours.median_ms / 1000);
+    if (!r.t.ok) {
+      std::printf("| %s | %s | %s | %s | - | - | - | - | - | (%s) |\n", r.kind.c_str(), r.framework.c_str(),
+                  r.variant.c_str(), r.precision.c_str(), r.t.note.c_str());
+      continue;
+    }
+    const double f32 = fastest_torch(r.kind, "fp32");
+    const double cps = static_cast<double>(o.batch_size * o.validseqlen) / (r.t.median_ms / 1000);
+    const std::string ratio = f32 > 0 ? std::to_string(r.t.median_ms / f32).substr(0, 4) : "-";
     const std::string gflops =
-        r.ours.gemm_gflop > 0 ? std::to_string(static_cast<int>(r.ours.gemm_gflop / (r.ours.median_ms / 1000))) : "-";
-    const std::string name = r.kind + r.label;
-    if (r.torch.ok)
-      std::printf("| %s | %lld | %.1f | %.1f | %.2f | <= %.1f %s | %.0f | %s |\n", name.c_str(),
-                  static_cast<long long>(r.ours.params), r.ours.median_ms, r.torch.median_ms,
-                  r.ours.median_ms / r.torch.median_ms, target,
-                  r.ours.median_ms / r.torch.median_ms <= target ? "(met)" : "(NOT met)", cps, gflops.c_str());
-    else
-      std::printf("| %s | %lld | %.1f | - | - | <= %.1f | %.0f | %s |  (%s)\n", name.c_str(),
-                  static_cast<long long>(r.ours.params), r.ours.median_ms, target, cps, gflops.c_str(),
-                  r.torch.note.c_str());
+        r.t.gemm_gflop > 0 ? std::to_string(static_cast<int>(r.t.gemm_gflop / (r.t.median_ms / 1000))) : "-";
+    std::printf("| %s | %s | %s | %s | %lld | %.1f | %s | %.0f | %s | %s |\n", r.kind.c_str(), r.framework.c_str(),
+                r.variant.c_str(), r.precision.c_str(), static_cast<long long>(r.t.params), r.t.median_ms,
+                ratio.c_str(), cps, gflops.c_str(), target(r).c_str());
   }
-  if (kinds.size() == 2) {
-    const size_t per = rows.size() / 2;
-    std::printf("\nTCN step / LSTM step (tcn framework%s): %.2f\n", rows[0].label.c_str(),
-                rows[0].ours.median_ms / rows[per].ours.median_ms);
-  }
-  if (libs.size() == 2)
-    for (size_t i = 0; i + 1 < rows.size(); i += 2)
-      std::printf("%s step, oneDNN / OpenBLAS GEMMs: %.2f\n", rows[i].kind.c_str(),
-                  rows[i].ours.median_ms / rows[i + 1].ours.median_ms);
+  // Our fastest fp32 TCN step against our fastest fp32 LSTM step.
+  auto ours = [&](const std::string& kind, const std::string& precision) {
+    double best = 0;
+    for (const Row& r : rows)
+      if (r.kind == kind && r.framework == "tcn" && r.precision == precision && (best == 0 || r.t.median_ms < best))
+        best = r.t.median_ms;
+    return best;
+  };
+  if (kinds.size() == 2 && ours("lstm", "fp32") > 0)
+    std::printf("\nTCN step / LSTM step (tcn framework, fp32, fastest rows): %.2f\n",
+                ours("tcn", "fp32") / ours("lstm", "fp32"));
 
   if (o.generate_chars > 0) {
     if (dev.is_cuda()) std::printf("\n(generation runs on the CPU, whatever --device says)\n");

@@ -13,12 +13,14 @@
 #include <fstream>
 #include <limits>
 
+#include "core/autocast.h"
 #include "core/files.h"
 #include "core/threads.h"
 #include "cuda/runtime.h"
 #include "data.h"
 #include "flags.h"
 #include "nn/optim.h"
+#include "ops/cpu_blas.h"
 
 namespace charlm {
 
@@ -327,6 +329,13 @@ class StopSignals {
 
 }  // namespace
 
+std::string precision_note(const std::string& precision, const Device& device) {
+  if (precision != "bf16") return "";
+  if (device.is_cuda()) return " (bf16 applies to CPU tensors only; this CUDA run computes in fp32/TF32)";
+  if (!cpu::onednn_available()) return " (no oneDNN in this build: bf16 GEMMs are widened to fp32, no speedup)";
+  return " (bf16 GEMM operands, fp32 accumulation and master weights)";
+}
+
 void check_resume_metadata(const TrainOptions& o, const nn::Metadata& meta, size_t windows_per_epoch) {
   uint64_t seed = 0, offset = 0;
   check_train_options(o, meta);
@@ -348,6 +357,8 @@ int run_train(TrainOptions o) {
   if (!o.init.empty()) check_regular_input(o.init, "--init");
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = resolve_device(o.device);
+  // Mixed precision for the whole run, training and evaluation (core/autocast.h).
+  const Autocast precision(parse_precision(o.precision));
   if (!o.save.empty()) {
     for (const std::string& p : {o.save, last_path(o.save)}) {
       check_output_path("--save", p);
@@ -415,9 +426,9 @@ int run_train(TrainOptions o) {
   }
 
   const int64_t hist = o.seq_len - o.validseqlen;
-  say("charlm train | model %s | %lld parameters | vocab %lld | device %s | threads %d\n", o.model.c_str(),
-              static_cast<long long>(model->num_parameters()), static_cast<long long>(corpus.vocab.size()),
-              device.str().c_str(), num_threads());
+  say("charlm train | model %s | %lld parameters | vocab %lld | device %s | threads %d | precision %s%s\n",
+      o.model.c_str(), static_cast<long long>(model->num_parameters()), static_cast<long long>(corpus.vocab.size()),
+      device.str().c_str(), num_threads(), o.precision.c_str(), precision_note(o.precision, device).c_str());
   say("data %s: train %zu chars -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)\n",
               o.data.c_str(), corpus.train.size(), static_cast<long long>(o.batch_size),
               static_cast<long long>(train.size(1)), wins.size(), static_cast<long long>(o.seq_len),
@@ -574,6 +585,7 @@ int run_eval(const EvalOptions& o) {
   TCN_CHECK(o.split == "valid" || o.split == "test" || o.split == "train", "--split ", o.split,
             ": expected train, valid or test");
   if (o.threads > 0) set_num_threads(o.threads);
+  const Autocast precision(parse_precision(o.precision));
   check_regular_input(o.checkpoint, "--checkpoint");
   nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
   Vocab vocab = Vocab::from_chars(m.vocab);

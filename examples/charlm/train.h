@@ -26,6 +26,7 @@ struct TrainOptions {
   int64_t save_every = 0;                          // also checkpoint every N steps (0: only at epoch ends)
   int64_t eval_interval = 0;                       // also evaluate on valid every N steps (0: epoch ends only)
   bool quiet = false;                              // no progress or log lines on stdout (tests); the CSV is still written
+  std::string precision = "fp32";                  // fp32 or bf16 (mixed precision: core/autocast.h)
 };
 
 int run_train(TrainOptions opts);
@@ -41,6 +42,7 @@ struct EvalOptions {
   std::string checkpoint, data = "data/ptb", split = "test", device = "auto";
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
   int threads = 0;
+  std::string precision = "fp32";
 };
 int run_eval(const EvalOptions& opts);
 
@@ -48,6 +50,9 @@ int run_eval(const EvalOptions& opts);
 // last validseqlen positions of each window; at most max_batches windows (0: all).
 double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_len, int64_t validseqlen,
                 int64_t max_batches = 0);
+
+// "" for fp32; for bf16, what the run's bf16 means on this device and build.
+std::string precision_note(const std::string& precision, const tcn::Device& device);
 
 // "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
 tcn::Device resolve_device(const std::string& name);
