@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "helpers.h"
+#include "core/autocast.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 #include "ops/cpu_blas.h"
 
 using namespace tcn;
@@ -87,6 +90,34 @@ TEST_CASE("oneDNN matmul primitives are cached by shape: a repeated GEMM creates
   cpu::gemm(false, false, 96, 72, 40, A.data(), 40, B.data(), 72, 1.0f, C.data(), 72);  // beta 1: another primitive
   CHECK(cpu::onednn_primitives_created() == created + 1);
   CHECK(C[0] == doctest::Approx(2 * 40 * 0.125));
+  cpu::set_gemm_library(before);
+}
+
+TEST_CASE("a steady training step creates no oneDNN primitive, in fp32 and in bf16" * doctest::skip(!cpu::onednn_available())) {
+  const cpu::GemmLibrary before = cpu::gemm_library();
+  cpu::set_gemm_library(cpu::GemmLibrary::OneDNN);
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    INFO(precision_name(p));
+    nn::TCNCharLM m(nn::TCNConfig{.vocab_size = 7, .emsize = 6, .nhid = 10, .levels = 2, .ksize = 3}, 5);
+    m.train();
+    nn::SGD opt(m.parameters(), 0.1);
+    Tensor tokens = from_vector<int64_t>(std::vector<int64_t>(3 * 25, 2), {3, 25});
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        Autocast scope(p);
+        loss = cross_entropy(m.forward(tokens, 20), tokens.narrow(1, 5, 20));
+      }
+      loss.backward();
+      opt.step();
+    };
+    step();
+    const int64_t created = cpu::onednn_primitives_created();
+    step();
+    step();
+    CHECK(cpu::onednn_primitives_created() == created);
+  }
   cpu::set_gemm_library(before);
 }
 

@@ -14,6 +14,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/autocast.h"
 #include "core/threads.h"
 #include "nn/models.h"
 #include "nn/optim.h"
@@ -27,16 +28,19 @@ namespace {
 struct GemmShape {
   bool ta, tb;
   int64_t M, N, K;
-  bool acc;
-  auto tie() const { return std::tie(ta, tb, M, N, K, acc); }
+  bool acc, bf16;
+  auto tie() const { return std::tie(bf16, ta, tb, M, N, K, acc); }
   bool operator<(const GemmShape& o) const { return tie() < o.tie(); }
 };
 
 // Seconds of one GEMM of this shape (best of `reps` after one warm-up call).
-double time_shape(const GemmShape& s, cpu::GemmLibrary lib, int reps) {
+// bf16 shapes take bfloat16 operands (the oneDNN bf16 kernels; OpenBLAS widens them).
+template <class In>
+double time_shape_as(const GemmShape& s, cpu::GemmLibrary lib, int reps) {
   cpu::set_gemm_library(lib);
   const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
-  std::vector<float> A(s.M * s.K, 0.25f), B(s.K * s.N, 0.5f), C(s.M * s.N, 0.0f);
+  std::vector<In> A(s.M * s.K, In(0.25f)), B(s.K * s.N, In(0.5f));
+  std::vector<float> C(s.M * s.N, 0.0f);
   double best = 1e30;
   for (int r = 0; r <= reps; ++r) {
     const auto t0 = Clock::now();
@@ -46,17 +50,23 @@ double time_shape(const GemmShape& s, cpu::GemmLibrary lib, int reps) {
   }
   return best;
 }
+double time_shape(const GemmShape& s, cpu::GemmLibrary lib, int reps) {
+  return s.bf16 ? time_shape_as<bfloat16>(s, lib, reps) : time_shape_as<float>(s, lib, reps);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Per-shape GEMM rates of a training step: in the step, and standalone with OpenBLAS and oneDNN"};
-  std::string model = "tcn", library = "onednn";
+  std::string model = "tcn", library = "onednn", precision = "fp32";
   int threads = 2, reps = 3;
   int64_t batch = 32, seq_len = 400, validseqlen = 320;
   app.add_option("--model", model, "tcn or lstm")->check(CLI::IsMember({"tcn", "lstm"}))->capture_default_str();
   app.add_option("--library", library, "the library the recorded step runs on: onednn or openblas")
       ->check(CLI::IsMember({"onednn", "openblas"}))
+      ->capture_default_str();
+  app.add_option("--precision", precision, "fp32 or bf16 (autocast: bf16 GEMM operands)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--reps", reps, "standalone repetitions per shape (best is kept)")->check(CLI::Range(1, 1000))->capture_default_str();
@@ -82,7 +92,11 @@ int main(int argc, char** argv) {
       if (s == 1) cpu::record_gemms(&calls);
       const auto t0 = Clock::now();
       opt.zero_grad();
-      Tensor loss = cross_entropy(m->forward(inp, validseqlen), tgt);
+      Tensor loss;
+      {
+        const Autocast scope(parse_precision(precision));
+        loss = cross_entropy(m->forward(inp, validseqlen), tgt);
+      }
       loss.backward();
       nn::clip_grad_norm_(m->parameters(), 0.15);
       opt.step();
@@ -93,14 +107,15 @@ int main(int argc, char** argv) {
     std::map<GemmShape, std::pair<int64_t, double>> by_shape;  // calls, seconds in the step
     double flops = 0, in_step = 0;
     for (const auto& c : calls) {
-      auto& e = by_shape[GemmShape{c.ta, c.tb, c.M, c.N, c.K, c.beta != 0}];
+      auto& e = by_shape[GemmShape{c.ta, c.tb, c.M, c.N, c.K, c.beta != 0, c.bf16}];
       ++e.first;
       e.second += c.seconds;
       flops += c.flops();
       in_step += c.seconds;
     }
-    std::printf("bench_gemm: %s training step, batch %lld x %lld, %d threads, step recorded on %s\n", model.c_str(),
-                static_cast<long long>(batch), static_cast<long long>(seq_len), threads, cpu::gemm_library_name(lib));
+    std::printf("bench_gemm: %s training step, batch %lld x %lld, %d threads, %s, step recorded on %s\n",
+                model.c_str(), static_cast<long long>(batch), static_cast<long long>(seq_len), threads,
+                precision.c_str(), cpu::gemm_library_name(lib));
     std::printf("\n| op(A) [M, K] @ op(B) [K, N] | layout | calls | in step GFLOP/s | OpenBLAS GFLOP/s | oneDNN GFLOP/s |\n");
     std::printf("|---|---|---|---|---|---|\n");
     double t_blas = 0, t_dnnl = 0;
@@ -110,9 +125,9 @@ int main(int argc, char** argv) {
       const double td = cpu::onednn_available() ? time_shape(s, cpu::GemmLibrary::OneDNN, reps) : 0;
       t_blas += tb * e.first;
       t_dnnl += td * e.first;
-      std::printf("| %lld x %lld @ %lld x %lld | %s%s%s | %lld | %.0f | %.0f | %s |\n", static_cast<long long>(s.M),
+      std::printf("| %lld x %lld @ %lld x %lld | %s%s%s%s | %lld | %.0f | %.0f | %s |\n", static_cast<long long>(s.M),
                   static_cast<long long>(s.K), static_cast<long long>(s.K), static_cast<long long>(s.N),
-                  s.ta ? "A^T " : "", s.tb ? "B^T " : "", s.acc ? "C += " : "C = ", static_cast<long long>(e.first),
+                  s.bf16 ? "bf16 " : "", s.ta ? "A^T " : "", s.tb ? "B^T " : "", s.acc ? "C += " : "C = ", static_cast<long long>(e.first),
                   f * e.first / e.second / 1e9, f / tb / 1e9,
                   td > 0 ? std::to_string(static_cast<int>(f / td / 1e9)).c_str() : "-");
     }
