@@ -7,6 +7,15 @@ then parses the single JSON line printed on stdout.  Progress goes to stderr.
 Run with Debian's python (/usr/bin/python3), which sees the system PyTorch.
 `--device cuda` (what `charlm bench --device cuda` passes) runs the steps on the
 GPU, synchronising before and after each timed step.
+
+--variant published (default) times the models of tools/reference/models.py,
+the locuslab formulation; --variant lean times the TCN through
+tools/reference/models_lean.py (same parameters and numbers, no chomp copies,
+functional dropout, decoder on the scored positions only; its self-check:
+/usr/bin/python3 tools/reference/models_lean.py). The LSTM is nn.LSTM either
+way (lean = published). --precision bf16 runs forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16), backward outside it, master
+weights fp32, as PyTorch recommends.
 """
 
 import argparse
@@ -23,6 +32,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from models import LSTMCharLM, TCNCharLM  # noqa: E402
+from models_lean import lean_forward  # noqa: E402
 
 
 def log(msg):
@@ -52,6 +62,8 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1111)
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--variant", choices=("published", "lean"), default="published")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = ap.parse_args(argv)
     if args.nhid is None:
         args.nhid = 450 if args.model == "tcn" else 700
@@ -102,10 +114,25 @@ def main(argv=None):
     eff = args.seq_len - args.validseqlen
     tgt_flat = tgt[:, eff:].reshape(-1)
 
+    lean = args.variant == "lean" and args.model == "tcn"
+    if args.precision == "bf16" and device.type != "cpu":
+        log("bench_torch: --precision bf16 is the CPU autocast row; use fp32 on %s" % device)
+        return 1
+
+    def forward_loss():
+        if lean:
+            logits = lean_forward(model, inp, args.validseqlen)
+        else:
+            logits = model(inp)[:, eff:]
+        return F.cross_entropy(logits.reshape(-1, args.vocab), tgt_flat)
+
     def step():
         optimizer.zero_grad()
-        logits = model(inp)
-        loss = F.cross_entropy(logits[:, eff:].reshape(-1, args.vocab), tgt_flat)
+        if args.precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = forward_loss()
+        else:
+            loss = forward_loss()
         loss.backward()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(params, args.clip)
@@ -113,8 +140,9 @@ def main(argv=None):
         return loss.item()
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    log("bench_torch: torch %s, model %s, %d params, device %s%s, threads %d, batch %d x seq %d%s"
-        % (torch.__version__, args.model, n_params, device, " (%s)" % gpu if gpu else "",
+    log("bench_torch: torch %s, model %s (%s, %s), %d params, device %s%s, threads %d, batch %d x seq %d%s"
+        % (torch.__version__, args.model, args.variant, args.precision, n_params, device,
+           " (%s)" % gpu if gpu else "",
            torch.get_num_threads(), args.batch_size, args.seq_len,
            ", cudnn %s, tf32 matmul %s / cudnn %s" % (torch.backends.cudnn.version(),
                                                        torch.backends.cuda.matmul.allow_tf32,
@@ -144,6 +172,10 @@ def main(argv=None):
         "framework": "pytorch",
         "torch_version": torch.__version__,
         "model": args.model,
+        "variant": args.variant,
+        "variant_note": ("" if args.model == "tcn" or args.variant == "published"
+                         else "the LSTM is nn.LSTM in both variants"),
+        "precision": args.precision,
         "threads": args.threads,
         "device": str(device),
         "gpu": gpu,
