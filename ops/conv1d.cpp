@@ -82,11 +82,12 @@ void conv1d_backward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt,
 }
 
 // Places x [B, L, C] at rows [left, left + L) of each batch of a [B, Lp, C]
-// buffer whose other rows are zero (only those rows are written twice).
-Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp) {
+// buffer of `dtype` whose other rows are zero (only those rows are written
+// twice); for mixed precision the copy is also the conversion to bfloat16.
+Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype) {
   const int64_t L = x.size(1);
-  if (Lp == L && x.is_contiguous()) return x;  // no padding (a 1x1 conv): use x as it is
-  Tensor p = empty({x.size(0), Lp, x.size(2)}, x.options());
+  if (Lp == L && x.is_contiguous()) return x.to(dtype);  // no padding (a 1x1 conv): x as it is, or one conversion
+  Tensor p = empty({x.size(0), Lp, x.size(2)}, {dtype, x.device()});
   if (left > 0) zero_(p.narrow(1, 0, left));
   if (Lp > left + L) zero_(p.narrow(1, left + L, Lp - left - L));
   copy_(p.narrow(1, left, L), x);
@@ -121,12 +122,11 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
   // output, the bias and the gradients in float32. The bf16 copies are also
   // what backward keeps, at half the memory.
   const bool bf16 = autocast_bf16(x_in);
-  Tensor xp = to_padded_rows(x_in.detach(), left_pad, geo.Lp);
-  Tensor wt = w.detach().permute({2, 1, 0}).contiguous();  // [K, Cin, Cout]: each tap a GEMM operand
-  if (bf16) {
-    xp = xp.to(DType::BF16);
-    wt = wt.to(DType::BF16);
-  }
+  const DType op_dtype = bf16 ? DType::BF16 : x_in.dtype();  // of the GEMM operands
+  Tensor xp = to_padded_rows(x_in.detach(), left_pad, geo.Lp, op_dtype);
+  // [K, Cin, Cout]: each tap a GEMM operand (permuted and converted in one copy).
+  Tensor wt = empty({K, Cin, Cout}, {op_dtype, w.device()});
+  copy_(wt, w.detach().permute({2, 1, 0}));
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor yp = empty({B, geo.Lp, Cout}, x_in.options());
   conv1d_forward_rows(geo, xp, wt, b, yp);
@@ -137,8 +137,7 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
     const TensorOptions out_opts = x_in.options();
     autograd::record("conv1d", {x_in, w, bias}, {y}, [geo, xp, wt, need_x, need_w, need_b, bf16,
                                                       out_opts](const TensorList& g) {
-      Tensor dyp = to_padded_rows(g[0], 0, geo.Lp);
-      if (bf16) dyp = dyp.to(DType::BF16);
+      Tensor dyp = to_padded_rows(g[0], 0, geo.Lp, bf16 ? DType::BF16 : g[0].dtype());
       // Tap 0 writes rows [0, M) with beta = 0 below, so only the tail needs zeros.
       Tensor dxp;
       if (need_x) {

@@ -14,6 +14,20 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), [&]<class T>() { cpu::cpu_map<T>(dst, [](T v) { return v; }, src); });
 }
 
+// dst = src converted to dst's dtype, any strides, same shape, on the CPU
+// (float -> bfloat16 rounds to nearest even: core/bfloat16.h).
+void convert_cpu(const Tensor& dst, const Tensor& src) {
+  dispatch_all(dst.dtype(), [&]<class D>() {
+    D* o = dst.data<D>();
+    dispatch_all(src.dtype(), [&]<class S>() {
+      const S* in = src.data<S>();
+      cpu::for_each_row<2>(dst.shape(), {dst.strides(), src.strides()}, [&](const auto& off, int64_t n, const auto& inc) {
+        for (int64_t i = 0; i < n; ++i) o[off[0] + i * inc[0]] = static_cast<D>(in[off[1] + i * inc[1]]);
+      });
+    });
+  });
+}
+
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -21,11 +35,18 @@ void copy_(const Tensor& dst, const Tensor& src) {
   check_defined("copy_", src, "source");
   TCN_CHECK(!(dst.requires_grad() && autograd::grad_enabled()), "copy_: in-place update of a tensor that requires grad (shape ",
             dst.shape(), "); run it under autograd::NoGrad");
-  check_same_dtype("copy_", dst, src);
   broadcast_shapes(dst.shape(), src.shape(), "copy_");  // throws on mismatch
   Tensor s = src.detach();
   if (s.shape() != dst.shape()) s = s.expand(dst.shape());
   const Device dd = dst.device(), sd = s.device();
+  // Between dtypes: a converting copy on the CPU (e.g. float32 into a bfloat16
+  // buffer, one pass); elsewhere the dtypes must match.
+  if (dst.dtype() != src.dtype()) {
+    TCN_CHECK(dd.is_cpu() && sd.is_cpu(), "copy_: dtype mismatch, ", dst.dtype(), " ", dst.shape(), " vs ",
+              src.dtype(), " ", src.shape(), " (converting copies run on the CPU; use .to(dtype))");
+    convert_cpu(dst, s);
+    return;
+  }
   if (dd.is_cpu() && sd.is_cpu()) {
     copy_cpu(dst, s);
     return;
@@ -77,15 +98,7 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), {dtype, x.device()});
   if (x.device().is_cuda()) TCN_CUDA_OP("to_dtype", cuda::convert(out, x.detach()));
-  else dispatch_all(dtype, [&]<class D>() {
-    D* o = out.data<D>();
-    dispatch_all(x.dtype(), [&]<class S>() {
-      const S* in = x.data<S>();
-      cpu::for_each_row<2>(out.shape(), {out.strides(), x.strides()}, [&](const auto& off, int64_t n, const auto& inc) {
-        for (int64_t i = 0; i < n; ++i) o[off[0] + i * inc[0]] = static_cast<D>(in[off[1] + i * inc[1]]);
-      });
-    });
-  });
+  else convert_cpu(out, x.detach());
   if (autograd::needs_grad({x}) && is_floating(dtype))
     autograd::record("to_dtype", {x}, {out}, [from = x.dtype()](const TensorList& g) {
       return TensorList{to_dtype(g[0], from)};

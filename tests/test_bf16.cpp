@@ -78,4 +78,14 @@ TEST_CASE("bfloat16 tensors save and load as safetensors BF16; arithmetic on the
   CHECK_ERROR(add(b, b), "bfloat16");
 }
 
+TEST_CASE("copy_ converts between dtypes on the CPU, into strided views too") {
+  Tensor x = test::rand_tensor({4, 6}, 13, false, -2, 2, DType::F32);
+  Tensor dst = zeros({6, 4}, {DType::BF16});
+  copy_(dst.t(), x);  // a transposed destination
+  CHECK(dst.t().to_vector<float>() == x.to(DType::BF16).to_vector<float>());
+  Tensor back = empty({4, 6}, {DType::F64});
+  copy_(back, dst.t());
+  CHECK(back.to_vector<double>() == dst.t().to(DType::F64).to_vector<double>());
+}
+
 }  // TEST_SUITE

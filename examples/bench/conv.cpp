@@ -1,0 +1,128 @@
+// bench_conv: one causal dilated conv layer of the reference TCN, forward +
+// backward-data + backward-weights, two ways in one run:
+//   tcn  - ops/conv1d.cpp: one GEMM per tap over the padded row space, on the
+//          CPU GEMM library in use (oneDNN matmul by default), through the op
+//          and its autograd node (padding copies and the bias gradient included);
+//   oneDNN convolution primitive - NWC activations, weights in the layout the
+//          primitive prefers (reordered once, outside the timing), left padding,
+//          dilation; the three primitives created once, outside the timing.
+// Float32, or bf16 with --precision bf16 (bf16 operands, f32 outputs for both).
+//
+//   build/bench_conv --threads 2
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/autocast.h"
+#include "core/threads.h"
+#include "ops/ops.h"
+
+#if TCN_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+using namespace tcn;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <class F>
+double best_ms(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (r > 0) best = std::min(best, t);  // the first call warms up
+  }
+  return best;
+}
+
+#if TCN_WITH_ONEDNN
+// Forward + backward data + backward weights with oneDNN's convolution primitives.
+double onednn_conv_ms(int64_t B, int64_t T, int64_t Cin, int64_t Cout, int64_t K, int64_t d, bool bf16, int reps) {
+  using namespace dnnl;
+  using tag = memory::format_tag;
+  const memory::data_type in = bf16 ? memory::data_type::bf16 : memory::data_type::f32, f32 = memory::data_type::f32;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const int64_t pad = (K - 1) * d;
+  memory::desc src({B, Cin, T}, in, tag::nwc), dst({B, Cout, T}, in, tag::nwc), dst_f32({B, Cout, T}, f32, tag::nwc);
+  memory::desc wei_any({Cout, Cin, K}, in, tag::any), bias({Cout}, f32, tag::a);
+  const memory::dims strides{1}, dil{d - 1}, pl{pad}, pr{0};
+  // Forward writes f32 (as tcn's bf16 GEMMs do); backward reads bf16 gradients in bf16 mode.
+  convolution_forward::primitive_desc fwd(
+      {prop_kind::forward_training, algorithm::convolution_direct, src, wei_any, bias, dst_f32, strides, dil, pl, pr},
+      eng);
+  convolution_backward_data::primitive_desc bwd_data(
+      {algorithm::convolution_direct, memory::desc({B, Cin, T}, f32, tag::nwc), wei_any, dst, strides, dil, pl, pr},
+      eng, fwd);
+  convolution_backward_weights::primitive_desc bwd_w(
+      {algorithm::convolution_direct, src, memory::desc({Cout, Cin, K}, f32, tag::any), bias, dst, strides, dil, pl,
+       pr},
+      eng, fwd);
+  memory x(src, eng), w(fwd.weights_desc(), eng), b(bias, eng), y(dst_f32, eng), dy(dst, eng);
+  memory dx(bwd_data.diff_src_desc(), eng), wb(bwd_data.weights_desc(), eng);
+  memory dw(bwd_w.diff_weights_desc(), eng), db(bias, eng);
+  convolution_forward pf(fwd);
+  convolution_backward_data pd(bwd_data);
+  convolution_backward_weights pw(bwd_w);
+  return best_ms(reps, [&] {
+    pf.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, y}});
+    pd.execute(s, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, wb}, {DNNL_ARG_DIFF_SRC, dx}});
+    pw.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}});
+    s.wait();
+  });
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"One TCN conv layer (forward + both backwards): tcn's GEMM formulation vs oneDNN's convolution"};
+  int threads = 2, reps = 3;
+  int64_t B = 32, T = 400, C = 450, K = 3;
+  std::string precision = "fp32";
+  app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions (best kept)")->check(CLI::Range(1, 100))->capture_default_str();
+  app.add_option("--batch_size", B, "batch")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--seq_len", T, "positions")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--channels", C, "in = out channels")->check(CLI::Range(1, 8192))->capture_default_str();
+  app.add_option("--precision", precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    set_num_threads(threads);
+    const bool bf16 = precision == "bf16";
+    std::printf("bench_conv: batch %lld x %lld positions, %lld -> %lld channels, kernel %lld, %s, %d threads\n\n",
+                static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(C),
+                static_cast<long long>(C), static_cast<long long>(K), precision.c_str(), threads);
+    std::printf("| dilation | tcn (GEMM per tap) ms | oneDNN convolution ms | oneDNN / tcn |\n|---|---|---|---|\n");
+    Generator gen(3);
+    for (int64_t d : {1, 2, 4}) {
+      Tensor x = rand({B, T, C}, {DType::F32}, gen).requires_grad_();
+      Tensor w = rand({C, C, K}, {DType::F32}, gen).requires_grad_();
+      Tensor b = rand({C}, {DType::F32}, gen).requires_grad_();
+      Tensor g = rand({B, T, C}, {DType::F32}, gen);
+      const double ours = best_ms(reps, [&] {
+        Tensor y;
+        {
+          const Autocast scope(bf16 ? Precision::BF16 : Precision::FP32);
+          y = conv1d(x, w, b, d, (K - 1) * d);
+        }
+        autograd::backward(y, g);
+        x.set_grad(Tensor()), w.set_grad(Tensor()), b.set_grad(Tensor());
+      });
+#if TCN_WITH_ONEDNN
+      const double dnnl = onednn_conv_ms(B, T, C, C, K, d, bf16, reps);
+      std::printf("| %lld | %.1f | %.1f | %.2f |\n", static_cast<long long>(d), ours, dnnl, dnnl / ours);
+#else
+      std::printf("| %lld | %.1f | - (no oneDNN in this build) | - |\n", static_cast<long long>(d), ours);
+#endif
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_conv: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
