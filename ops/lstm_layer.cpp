@@ -12,6 +12,10 @@
 // buffers through the GEMM leading dimensions, so nothing is copied per step.
 // lstm_cell (composed in a loop) is this op's test oracle.
 #include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "core/autocast.h"
 
 #include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
@@ -27,15 +31,36 @@ T sigm(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// act [B, T, 4H] holds xp on entry and (i, f, g, o) on exit; hs, cs [B, T, H].
+// The recurrent GEMM of a step, C [B, N] (+)= A [B, K] (rows ld_a apart) @ op(W):
+// float32, or under mixed precision (w_b set) A rounded into the bf16 scratch
+// `a_b` [B, K] and multiplied by the bf16 copy of W with float32 accumulation.
 template <class T>
-void lstm_forward_cpu(T* act, const T* whh, const T* h0, const T* c0, T* hs, T* cs, int64_t B, int64_t Tn, int64_t H) {
+void recurrent_gemm(bool tw, int64_t B, int64_t N, int64_t K, const T* A, int64_t ld_a, const T* w, const bfloat16* w_b,
+                    bfloat16* a_b, T beta, T* C, int64_t ldc) {
+  const int64_t ldw = tw ? K : N;
+  if constexpr (std::is_same_v<T, float>) {
+    if (w_b) {
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t k = 0; k < K; ++k) a_b[b * K + k] = bfloat16(A[b * ld_a + k]);
+      cpu::gemm(false, tw, B, N, K, a_b, K, w_b, ldw, beta, C, ldc);
+      return;
+    }
+  }
+  cpu::gemm(false, tw, B, N, K, A, ld_a, w, ldw, beta, C, ldc);
+}
+
+// act [B, T, 4H] holds xp on entry and (i, f, g, o) on exit; hs, cs [B, T, H].
+// whh_b: W_hh in bf16 under mixed precision, else null.
+template <class T>
+void lstm_forward_cpu(T* act, const T* whh, const bfloat16* whh_b, const T* h0, const T* c0, T* hs, T* cs, int64_t B,
+                      int64_t Tn, int64_t H) {
   const int64_t G = 4 * H;
+  std::vector<bfloat16> h_b(whh_b ? B * H : 0);
   for (int64_t t = 0; t < Tn; ++t) {
     T* a_t = act + t * G;  // row b at a_t + b * Tn * G
     const T* h_prev = t == 0 ? h0 : hs + (t - 1) * H;
     const int64_t ld_h = t == 0 ? H : Tn * H;
-    cpu::gemm(false, true, B, G, H, h_prev, ld_h, whh, H, T(1), a_t, Tn * G);
+    recurrent_gemm<T>(true, B, G, H, h_prev, ld_h, whh, whh_b, h_b.data(), T(1), a_t, Tn * G);
 #pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
     for (int64_t b = 0; b < B; ++b) {
       T* a = a_t + b * Tn * G;
@@ -57,9 +82,10 @@ void lstm_forward_cpu(T* act, const T* whh, const T* h0, const T* c0, T* hs, T* 
 
 // dG [B, T, 4H] out; dh, dc [B, H] in (grads of h_T, c_T) and out (grads of h0, c0).
 template <class T>
-void lstm_backward_cpu(const T* act, const T* whh, const T* c0, const T* cs, const T* dout, T* dG, T* dh, T* dc,
-                       int64_t B, int64_t Tn, int64_t H) {
+void lstm_backward_cpu(const T* act, const T* whh, const bfloat16* whh_b, const T* c0, const T* cs, const T* dout, T* dG,
+                       T* dh, T* dc, int64_t B, int64_t Tn, int64_t H) {
   const int64_t G = 4 * H;
+  std::vector<bfloat16> dg_b(whh_b ? B * G : 0);
   for (int64_t t = Tn - 1; t >= 0; --t) {
 #pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
     for (int64_t b = 0; b < B; ++b) {
@@ -83,7 +109,7 @@ void lstm_backward_cpu(const T* act, const T* whh, const T* c0, const T* cs, con
       }
     }
     // dh_{t-1} = dG_t @ W_hh  ([B, 4H] rows with stride T*4H, W_hh [4H, H])
-    cpu::gemm(false, false, B, H, G, dG + t * G, Tn * G, whh, H, T(0), dh, H);
+    recurrent_gemm<T>(false, B, H, G, dG + t * G, Tn * G, whh, whh_b, dg_b.data(), T(0), dh, H);
   }
 }
 
@@ -133,13 +159,17 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   TCN_CHECK(Tn > 0, op, ": empty sequence");
   Tensor act = clone(xp_in.detach());  // becomes the gate activations
   Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
+  // Mixed precision (core/autocast.h): the recurrent GEMMs multiply bf16 copies
+  // of h_{t-1} (dG_t in backward) and W_hh; the cell and the state stay float32.
+  Tensor whh_b = autocast_bf16(xp_in) ? whh.to(DType::BF16) : Tensor();
+  const bfloat16* whh_bp = whh_b.defined() ? whh_b.data<bfloat16>() : nullptr;
   Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
   if (act.device().is_cuda()) {
     TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, h0, c0, hs, cs));
   } else {
     dispatch_float(act.dtype(), op, [&]<class T>() {
-      lstm_forward_cpu<T>(act.data<T>(), whh.data<T>(), h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(), B, Tn,
-                          H);
+      lstm_forward_cpu<T>(act.data<T>(), whh.data<T>(), whh_bp, h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(),
+                          B, Tn, H);
     });
   }
   Tensor hT = hs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
@@ -148,7 +178,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   if (autograd::needs_grad({xp_in, w_hh, h0_in, c0_in})) {
     const bool need_w = w_hh.requires_grad();
     autograd::record(op, {xp_in, w_hh, h0_in, c0_in}, {hs, hT, cT},
-                     [act, whh, h0, c0, hs_saved = hs.detach(), cs, need_w](const TensorList& g) {
+                     [act, whh, whh_b, h0, c0, hs_saved = hs.detach(), cs, need_w](const TensorList& g) {
                        const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
                        Tensor dout = g[0].contiguous();
                        Tensor dh = clone(g[1]), dc = clone(g[2]);
@@ -157,8 +187,10 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
                          TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, c0, cs, dout, dG, dh, dc));
                        } else {
                          dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
-                           lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(), c0.data<T>(), cs.data<T>(),
-                                                dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(), B, Tn, H);
+                           lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(),
+                                                whh_b.defined() ? whh_b.data<bfloat16>() : nullptr, c0.data<T>(),
+                                                cs.data<T>(), dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(),
+                                                B, Tn, H);
                          });
                        }
                        Tensor dW;
