@@ -21,7 +21,8 @@
 #      ptb/ptb.{train,valid,test}.txt    a slice of PTB with the full vocabulary
 #      unpack.sh, SHA256SUMS             gunzips the .gz files in place, checks all
 #      BUILD_INFO, SOURCES.sha256        what was built, from which sources
-#    The two largest files travel gzipped, to keep the carried size small.
+#    The largest files (OpenBLAS, oneDNN, tcn_ckpt) travel gzipped, to keep the
+#    carried size small (the carry limit is 64 MiB).
 # 3. Self-check, on an unpacked copy, with nothing from this machine's
 #    environment: `ldd` of each binary with LD_LIBRARY_PATH = the bundle alone
 #    must leave nothing unresolved but CUDA's libraries and resolve nothing but
@@ -120,6 +121,8 @@ echo "   PTB slice: $(du -cb "$BUNDLE"/ptb/*.txt | tail -1 | cut -f1) bytes, voc
 # Checksums of the files as they must be after unpacking, then the gzip.
 (cd "$BUNDLE" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS)
 gzip -9 "$BUNDLE/libopenblas.so.0" "$BUNDLE/tcn_ckpt"
+# oneDNN (40 MB, 11 MB gzipped) when the build links it.
+if [ -f "$BUNDLE/libdnnl.so.2" ]; then gzip -9 "$BUNDLE/libdnnl.so.2"; fi
 cat >"$BUNDLE/unpack.sh" <<'EOF'
 #!/bin/sh
 # Unpacks this bundle's gzipped files next to themselves (once) and checks every
