@@ -21,15 +21,11 @@
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
+#include "ops/vmath.h"
 
 namespace tcn {
 
 namespace {
-
-template <class T>
-T sigm(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
 
 // The recurrent GEMM of a step, C [B, N] (+)= A [B, K] (rows ld_a apart) @ op(W):
 // float32, or under mixed precision (w_b set) A rounded into the bf16 scratch
@@ -49,33 +45,75 @@ void recurrent_gemm(bool tw, int64_t B, int64_t N, int64_t K, const T* A, int64_
   cpu::gemm(false, tw, B, N, K, A, ld_a, w, ldw, beta, C, ldc);
 }
 
-// act [B, T, 4H] holds xp on entry and (i, f, g, o) on exit; hs, cs [B, T, H].
-// whh_b: W_hh in bf16 under mixed precision, else null.
+// The cell of one batch row at one step, forward: a [4H] holds x-projection
+// pre-activations on entry and (i, f, g, o) on exit, r [4H] the recurrent GEMM's
+// part; writes c_t, and h_t twice (into hs and the contiguous h buffer).
 template <class T>
-void lstm_forward_cpu(T* act, const T* whh, const bfloat16* whh_b, const T* h0, const T* c0, T* hs, T* cs, int64_t B,
-                      int64_t Tn, int64_t H) {
+TCN_ALWAYS_INLINE inline void cell_forward_row(T* a, const T* r, const T* cp, T* c, T* hst, T* hb, int64_t H) {
+#pragma omp simd
+  for (int64_t k = 0; k < H; ++k) {
+    T i = vmath::sigmoid_of(a[k] + r[k]), f = vmath::sigmoid_of(a[H + k] + r[H + k]),
+      g = vmath::tanh_of(a[2 * H + k] + r[2 * H + k]), o = vmath::sigmoid_of(a[3 * H + k] + r[3 * H + k]);
+    a[k] = i;
+    a[H + k] = f;
+    a[2 * H + k] = g;
+    a[3 * H + k] = o;
+    c[k] = f * cp[k] + i * g;
+    hst[k] = hb[k] = o * vmath::tanh_of(c[k]);
+  }
+}
+
+// Backward of the same row: gate gradients dg [4H]; dh, dc carry the gradients
+// of h_t, c_t in and leave with those of h_{t-1} (before the GEMM's part), c_{t-1}.
+template <class T>
+TCN_ALWAYS_INLINE inline void cell_backward_row(const T* a, const T* cp, const T* c, const T* go, T* dg, T* dh, T* dc, int64_t H) {
+#pragma omp simd
+  for (int64_t k = 0; k < H; ++k) {
+    T i = a[k], f = a[H + k], g = a[2 * H + k], o = a[3 * H + k];
+    T tc = vmath::tanh_of(c[k]);
+    T dht = go[k] + dh[k];
+    T dct = dc[k] + dht * o * (T(1) - tc * tc);
+    dg[k] = dct * g * i * (T(1) - i);
+    dg[H + k] = dct * cp[k] * f * (T(1) - f);
+    dg[2 * H + k] = dct * i * (T(1) - g * g);
+    dg[3 * H + k] = dht * tc * o * (T(1) - o);
+    dc[k] = dct * f;
+  }
+}
+
+// float32 rows compiled for each vector ISA and picked at load time
+// (TCN_SIMD_CLONES, ops/vmath.h); float64 (the tests' precision) as above.
+TCN_SIMD_CLONES void cell_forward_row(float* a, const float* r, const float* cp, float* c, float* hst, float* hb,
+                                      int64_t H) {
+  cell_forward_row<float>(a, r, cp, c, hst, hb, H);
+}
+TCN_SIMD_CLONES void cell_backward_row(const float* a, const float* cp, const float* c, const float* go, float* dg,
+                                       float* dh, float* dc, int64_t H) {
+  cell_backward_row<float>(a, cp, c, go, dg, dh, dc, H);
+}
+
+// act [B, T, 4H] holds xp on entry and (i, f, g, o) on exit; hs, cs [B, T, H].
+// whh_t: W_hh^T [H, 4H] (contiguous), and its bf16 copy whh_tb under mixed
+// precision (else null). Each step's GEMM writes a contiguous [B, 4H] scratch
+// from a contiguous copy of h_{t-1}: in place in `act` (rows T*4H apart, C +=)
+// it ran at half the rate (measured with build/bench_gemm --model lstm).
+template <class T>
+void lstm_forward_cpu(T* act, const T* whh_t, const bfloat16* whh_tb, const T* h0, const T* c0, T* hs, T* cs,
+                      int64_t B, int64_t Tn, int64_t H) {
   const int64_t G = 4 * H;
-  std::vector<bfloat16> h_b(whh_b ? B * H : 0);
+  std::vector<T> gates(B * G), h(h0, h0 + B * H);  // h: h_{t-1}, then h_t
+  std::vector<bfloat16> h_b(whh_tb ? B * H : 0);
   for (int64_t t = 0; t < Tn; ++t) {
-    T* a_t = act + t * G;  // row b at a_t + b * Tn * G
-    const T* h_prev = t == 0 ? h0 : hs + (t - 1) * H;
-    const int64_t ld_h = t == 0 ? H : Tn * H;
-    recurrent_gemm<T>(true, B, G, H, h_prev, ld_h, whh, whh_b, h_b.data(), T(1), a_t, Tn * G);
+    recurrent_gemm<T>(false, B, G, H, h.data(), H, whh_t, whh_tb, h_b.data(), T(0), gates.data(), G);
 #pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
     for (int64_t b = 0; b < B; ++b) {
-      T* a = a_t + b * Tn * G;
+      T* a = act + (b * Tn + t) * G;
+      const T* r = gates.data() + b * G;
       const T* cp = t == 0 ? c0 + b * H : cs + (b * Tn + t - 1) * H;
       T* c = cs + (b * Tn + t) * H;
-      T* h = hs + (b * Tn + t) * H;
-      for (int64_t k = 0; k < H; ++k) {
-        T i = sigm(a[k]), f = sigm(a[H + k]), g = std::tanh(a[2 * H + k]), o = sigm(a[3 * H + k]);
-        a[k] = i;
-        a[H + k] = f;
-        a[2 * H + k] = g;
-        a[3 * H + k] = o;
-        c[k] = f * cp[k] + i * g;
-        h[k] = o * std::tanh(c[k]);
-      }
+      T* hst = hs + (b * Tn + t) * H;
+      T* hb = h.data() + b * H;
+      cell_forward_row(a, r, cp, c, hst, hb, H);
     }
   }
 }
@@ -96,17 +134,7 @@ void lstm_backward_cpu(const T* act, const T* whh, const bfloat16* whh_b, const 
       T* dg = dG + (b * Tn + t) * G;
       T* dhb = dh + b * H;
       T* dcb = dc + b * H;
-      for (int64_t k = 0; k < H; ++k) {
-        T i = a[k], f = a[H + k], g = a[2 * H + k], o = a[3 * H + k];
-        T tc = std::tanh(c[k]);
-        T dht = go[k] + dhb[k];
-        T dct = dcb[k] + dht * o * (T(1) - tc * tc);
-        dg[k] = dct * g * i * (T(1) - i);
-        dg[H + k] = dct * cp[k] * f * (T(1) - f);
-        dg[2 * H + k] = dct * i * (T(1) - g * g);
-        dg[3 * H + k] = dht * tc * o * (T(1) - o);
-        dcb[k] = dct * f;
-      }
+      cell_backward_row(a, cp, c, go, dg, dhb, dcb, H);
     }
     // dh_{t-1} = dG_t @ W_hh  ([B, 4H] rows with stride T*4H, W_hh [4H, H])
     recurrent_gemm<T>(false, B, H, G, dG + t * G, Tn * G, whh, whh_b, dg_b.data(), T(0), dh, H);
@@ -161,15 +189,17 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
   // Mixed precision (core/autocast.h): the recurrent GEMMs multiply bf16 copies
   // of h_{t-1} (dG_t in backward) and W_hh; the cell and the state stay float32.
-  Tensor whh_b = autocast_bf16(xp_in) ? whh.to(DType::BF16) : Tensor();
-  const bfloat16* whh_bp = whh_b.defined() ? whh_b.data<bfloat16>() : nullptr;
+  const bool bf16 = autocast_bf16(xp_in);
+  Tensor whh_b = bf16 ? whh.to(DType::BF16) : Tensor();  // for backward
   Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
   if (act.device().is_cuda()) {
     TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, h0, c0, hs, cs));
   } else {
+    Tensor whh_t = whh.t().contiguous();  // [H, 4H]: see lstm_forward_cpu
+    Tensor whh_tb = bf16 ? whh_t.to(DType::BF16) : Tensor();
     dispatch_float(act.dtype(), op, [&]<class T>() {
-      lstm_forward_cpu<T>(act.data<T>(), whh.data<T>(), whh_bp, h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(),
-                          B, Tn, H);
+      lstm_forward_cpu<T>(act.data<T>(), whh_t.data<T>(), whh_tb.defined() ? whh_tb.data<bfloat16>() : nullptr,
+                          h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(), B, Tn, H);
     });
   }
   Tensor hT = hs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
