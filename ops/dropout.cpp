@@ -17,6 +17,7 @@
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
+#include "ops/simd.h"
 
 namespace tcn {
 
@@ -26,9 +27,9 @@ using Mask = std::vector<uint8_t>;
 
 // The keep flags of blocks [first, first + count) of a Philox stream: mask[4k + lane].
 // Written as independent per-block lanes over a chunk so the compiler can run
-// several Philox blocks per vector instruction; target_clones picks the widest
-// vector unit of the machine at run time.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void philox_keep_flags(
+// several Philox blocks per vector instruction; TCN_SIMD_CLONES (ops/simd.h)
+// picks the widest vector unit of the machine at run time.
+TCN_SIMD_CLONES void philox_keep_flags(
     uint64_t seed, uint64_t first, int64_t count, uint32_t threshold, uint8_t* mask) {
   constexpr int64_t kChunk = 64;
   uint32_t c0[kChunk], c1[kChunk], c2[kChunk], c3[kChunk];
@@ -77,9 +78,7 @@ inline void apply_keep_flags_generic(const T* x, uint8_t* m, T* y, int64_t n, T 
     y[i] = v * (static_cast<T>(m[i]) * scale);
   }
 }
-__attribute__((target_clones("avx512f", "avx2", "default"))) void apply_keep_flags_f32(const float* x, uint8_t* m,
-                                                                                      float* y, int64_t n, float scale,
-                                                                                      bool relu) {
+TCN_SIMD_CLONES void apply_keep_flags_f32(const float* x, uint8_t* m, float* y, int64_t n, float scale, bool relu) {
   if (relu)
     apply_keep_flags_generic<true>(x, m, y, n, scale);
   else
