@@ -5,8 +5,9 @@
 // Conv1d(padding=(K-1)*dilation) followed by the chomp of the last (K-1)*dilation
 // steps: a causal conv.
 //
-// The same code runs on the CPU (OpenBLAS) and on a GPU (cuBLAS): only the GEMM
-// call is device-specific; padding, bias and copies are ordinary ops.
+// The same code runs on the CPU (oneDNN or OpenBLAS) and on a GPU (cuBLAS): only
+// the GEMM call is device-specific; padding and copies are ordinary ops, and
+// the bias is the CPU GEMM's bias argument or, on a GPU, the rows' start value.
 //
 // The kernel is K accumulating GEMMs, one per tap, each over all B*T rows at
 // once. The input is copied once into a zero-padded buffer xp [B, Lp, Cin]
@@ -37,34 +38,43 @@ struct ConvRows {
 
 // Row-major GEMM on the tensors' device: C = op(A) @ op(B) + beta * C, pointers
 // into the buffers of `like` (its dtype and device). When `like` is bfloat16
-// (mixed precision), A and B are bfloat16 and C is float32.
+// (mixed precision), A and B are bfloat16 and C is float32. `bias` ([N], C's
+// dtype, or null) is added to every row of C; on the CPU the GEMM adds it as it
+// writes C, on a GPU C is first set to it.
 void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-             const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
+             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, const void* bias = nullptr) {
   if (like.device().is_cuda()) {
+    TCN_CHECK(bias == nullptr, "conv1d: internal error: a CUDA GEMM with a bias");
     TCN_CUDA_OP("conv1d", cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc));
     return;
   }
   if (like.dtype() == DType::BF16) {
     cpu::gemm(ta, tb, M, N, K, static_cast<const bfloat16*>(A), lda, static_cast<const bfloat16*>(B), ldb,
-              static_cast<float>(beta), static_cast<float*>(C), ldc);
+              static_cast<float>(beta), static_cast<float*>(C), ldc, static_cast<const float*>(bias));
     return;
   }
   dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
     cpu::gemm(ta, tb, M, N, K, static_cast<const T*>(A), lda, static_cast<const T*>(B), ldb, static_cast<T>(beta),
-                 static_cast<T*>(C), ldc);
+              static_cast<T*>(C), ldc, static_cast<const T*>(bias));
   });
 }
 
 // yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
+// Tap 0 overwrites the rows (beta 0) and brings the bias: on the CPU as the
+// GEMM's bias argument; on a GPU the rows start as the broadcast bias.
 void conv1d_forward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& bias, const Tensor& yp) {
-  Tensor rows = yp.view({-1, g.Cout}).narrow(0, 0, g.M);
-  if (bias.defined())
-    copy_(rows, bias);  // broadcast over the rows
-  else
-    zero_(rows);
+  const void* gemm_bias = nullptr;
+  double beta0 = 0.0;
+  if (bias.defined() && yp.device().is_cpu()) {
+    gemm_bias = bias.raw_data();
+  } else if (bias.defined()) {
+    copy_(yp.view({-1, g.Cout}).narrow(0, 0, g.M), bias);  // broadcast over the rows
+    beta0 = 1.0;
+  }
   for (int64_t j = 0; j < g.K; ++j)
-    gemm_on(xp, false, false, g.M, g.Cout, g.Cin, element_ptr(xp, j * g.d * g.Cin), g.Cin, element_ptr(wt, j * g.Cin * g.Cout), g.Cout,
-            1.0, yp.raw_data(), g.Cout);
+    gemm_on(xp, false, false, g.M, g.Cout, g.Cin, element_ptr(xp, j * g.d * g.Cin), g.Cin,
+            element_ptr(wt, j * g.Cin * g.Cout), g.Cout, j == 0 ? beta0 : 1.0, yp.raw_data(), g.Cout,
+            j == 0 ? gemm_bias : nullptr);
 }
 
 // dxp = sum_j dyp @ wt[j]^T, shifted by j*d rows (rows past M must be zero already);

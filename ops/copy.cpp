@@ -1,9 +1,14 @@
 // Copies: contiguous() (the one copy the view system ever makes), clone,
 // device and dtype conversion, and copy_ into an existing (possibly strided) view.
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+
 #include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
+#include "ops/simd.h"
 
 namespace tcn {
 
@@ -14,6 +19,18 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), [&]<class T>() { cpu::cpu_map<T>(dst, [](T v) { return v; }, src); });
 }
 
+// float32 -> bfloat16 over contiguous rows, the conversion mixed precision
+// makes of every GEMM operand: bfloat16::round without its branch, so that it
+// vectorises (compiled per ISA: ops/simd.h).
+TCN_SIMD_CLONES void float_to_bf16_row(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(in[i]);
+    const uint32_t nearest_even = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+    out[i] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : nearest_even);
+  }
+}
+
 // dst = src converted to dst's dtype, any strides, same shape, on the CPU
 // (float -> bfloat16 rounds to nearest even: core/bfloat16.h).
 void convert_cpu(const Tensor& dst, const Tensor& src) {
@@ -22,6 +39,10 @@ void convert_cpu(const Tensor& dst, const Tensor& src) {
     dispatch_all(src.dtype(), [&]<class S>() {
       const S* in = src.data<S>();
       cpu::for_each_row<2>(dst.shape(), {dst.strides(), src.strides()}, [&](const auto& off, int64_t n, const auto& inc) {
+        if constexpr (std::is_same_v<D, bfloat16> && std::is_same_v<S, float>) {
+          if (inc[0] == 1 && inc[1] == 1)
+            return float_to_bf16_row(in + off[1], reinterpret_cast<uint16_t*>(o + off[0]), n);
+        }
         for (int64_t i = 0; i < n; ++i) o[off[0] + i * inc[0]] = static_cast<D>(in[off[1] + i * inc[1]]);
       });
     });

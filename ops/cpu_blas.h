@@ -13,17 +13,19 @@
 
 namespace tcn::cpu {
 
-// C = op(A) @ op(B) + beta * C, row-major, C [M, N] with leading dimension ldc;
-// op(A) is A^T when ta (A then stored [K, M] with leading dimension lda).
+// C = op(A) @ op(B) + bias + beta * C, row-major, C [M, N] with leading
+// dimension ldc; op(A) is A^T when ta (A then stored [K, M] with leading
+// dimension lda); bias, when given, is [N], added to every row (oneDNN adds it
+// as the matmul's bias argument, as the GEMM writes C: no separate pass).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float beta, float* C, int64_t ldc);
+          int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
-          int64_t ldb, double beta, double* C, int64_t ldc);
-// Mixed precision: bfloat16 A and B, float32 accumulation and C. On oneDNN
-// (AVX512-BF16 dot products where the CPU has them); without oneDNN, A and B
-// are widened to float32 and multiplied by OpenBLAS (same result, no speedup).
+          int64_t ldb, double beta, double* C, int64_t ldc, const double* bias = nullptr);
+// Mixed precision: bfloat16 A and B, float32 accumulation, C and bias. On
+// oneDNN (AVX512-BF16 dot products where the CPU has them); without oneDNN, A
+// and B are widened to float32 and multiplied by OpenBLAS (same result, no speedup).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
-          int64_t ldb, float beta, float* C, int64_t ldc);
+          int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
 // Which library computes float32 GEMMs. The default is oneDNN when built in;
 // the environment variable TCN_CPU_GEMM=openblas|onednn overrides it at the
@@ -42,7 +44,7 @@ int64_t onednn_primitives_created();
 // wall time to it (record_gemms(nullptr) stops). Not thread-safe: for one
 // training loop on one thread, which is how tcn calls GEMMs.
 struct GemmCall {
-  bool ta, tb, bf16;
+  bool ta, tb, bf16, bias;
   int64_t M, N, K, lda, ldb, ldc;
   float beta;
   double seconds;

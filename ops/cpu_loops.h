@@ -8,9 +8,11 @@
 //
 // Adjacent dims that are contiguous for every operand are merged first, so a
 // contiguous tensor is one long row and [B, T, C] + bias[C] is B*T rows of C.
-// Rows are split across OpenMP threads when there is enough work.
+// Rows are split across OpenMP threads when there is enough work, long rows
+// cut into pieces first.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -19,6 +21,8 @@
 namespace tcn::cpu {
 
 constexpr int64_t kParallelGrain = 1 << 15;  // elements below which loops stay serial
+constexpr int64_t kMinTasks = 16;             // rows are cut until there are this many (or pieces hit kMinPiece)
+constexpr int64_t kMinPiece = 1 << 12;        // elements
 
 template <size_t N, class RowFn>
 void for_each_row(const Shape& shape_in, const std::array<Strides, N>& strides_in, RowFn&& row) {
@@ -48,8 +52,19 @@ void for_each_row(const Shape& shape_in, const std::array<Strides, N>& strides_i
   for (size_t k = 0; k < N; ++k) inc[k] = st[k].back();
   const int64_t outer = numel_of(shape) / n;
   const int64_t rank = static_cast<int64_t>(shape.size());
-#pragma omp parallel for schedule(static) if (outer > 1 && outer * n >= kParallelGrain)
-  for (int64_t r = 0; r < outer; ++r) {
+  // Few long rows (a contiguous tensor is a single one) are cut into pieces
+  // so that they too spread over the threads; a row function sees a piece as
+  // a shorter row that starts further along.
+  const bool parallel = outer * n >= kParallelGrain;
+  int64_t piece = n;
+  if (parallel && outer < kMinTasks) {
+    const int64_t per_row = (kMinTasks + outer - 1) / outer;
+    piece = std::max(kMinPiece, ((n + per_row - 1) / per_row + 63) / 64 * 64);
+  }
+  const int64_t pieces = (n + piece - 1) / piece;  // per row
+#pragma omp parallel for schedule(static) if (parallel && outer * pieces > 1)
+  for (int64_t task = 0; task < outer * pieces; ++task) {
+    const int64_t r = task / pieces, begin = (task % pieces) * piece;
     std::array<int64_t, N> o{};
     int64_t rem = r;
     for (int64_t d = rank - 2; d >= 0; --d) {
@@ -57,7 +72,8 @@ void for_each_row(const Shape& shape_in, const std::array<Strides, N>& strides_i
       rem /= shape[d];
       for (size_t k = 0; k < N; ++k) o[k] += i * st[k][d];
     }
-    row(o, n, inc);
+    for (size_t k = 0; k < N; ++k) o[k] += begin * inc[k];
+    row(o, std::min(piece, n - begin), inc);
   }
 }
 

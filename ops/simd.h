@@ -4,8 +4,8 @@
 // baseline x86-64 and an ifunc picks the widest the CPU has, so the generic
 // build stays portable and this machine runs 512-bit vectors. The copies may
 // differ in the last bit where the wider ones contract a * b + c into FMAs.
-// Elsewhere (not x86-64), a no-op. Used by dropout's Philox and mask loops and
-// the CPU LSTM cell.
+// Elsewhere (not x86-64), a no-op. Used by dropout's Philox and mask loops,
+// the CPU LSTM cell and the float32 -> bfloat16 conversion.
 //
 // TCN_ALWAYS_INLINE: a loop body that a cloned function calls must be inlined
 // into each copy to be compiled for its ISA; GCC does not always do it unasked.

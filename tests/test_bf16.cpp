@@ -67,6 +67,26 @@ TEST_CASE("tensors convert to and from bfloat16 element by element, from strided
   CHECK(c.to_vector<float>() == b.t().contiguous().to_vector<float>());
 }
 
+TEST_CASE("the vectorised tensor conversion rounds every float exactly as bfloat16::round does") {
+  // 2^22 bit patterns spread over all 2^32 (stride 1021, odd, so every low
+  // 16-bit remainder and so every rounding case occurs), then the edge cases:
+  // ties both ways, subnormals, the largest finite values, infinities, NaNs
+  // with payloads in either half. Contiguous, so the branch-free row path
+  // (ops/copy.cpp) converts it, in pieces across threads.
+  std::vector<float> f;
+  for (uint64_t i = 0; i < (uint64_t{1} << 22); ++i) f.push_back(bits_to_float(static_cast<uint32_t>(i * 1021u * 1024u + i)));
+  for (uint32_t u : {0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x00008000u, 0x00018000u, 0x807FFFFFu, 0x7F7F7FFFu,
+                     0x7F7F8000u, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u, 0x7F800001u, 0x7FC00000u, 0xFFFFFFFFu,
+                     0x7F810000u, 0x80000000u})
+    f.push_back(bits_to_float(u));
+  Tensor t = from_vector<float>(f, {static_cast<int64_t>(f.size())});
+  Tensor b = t.to(DType::BF16);
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(b.raw_data());
+  int64_t wrong = 0;
+  for (size_t i = 0; i < f.size(); ++i) wrong += bits[i] != bfloat16::round(f[i]);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("bfloat16 tensors save and load as safetensors BF16; arithmetic on them is a clear error") {
   test::TempDir dir;
   Tensor b = test::rand_tensor({4, 3}, 12, false, -1, 1, DType::F32).to(DType::BF16);

@@ -19,6 +19,7 @@ struct Case {
   bool ta, tb;
   int64_t M, N, K, pad;  // pad: extra columns in every leading dimension
   float beta;
+  bool bias = false;  // add a bias row
 };
 
 // C = op(A) op(B) + beta C with both libraries, each against the double-precision loop.
@@ -32,16 +33,19 @@ void check_case(const Case& c, cpu::GemmLibrary lib) {
   for (float& x : A) x = u(rng);
   for (float& x : B) x = u(rng);
   for (float& x : C) x = u(rng);
+  std::vector<float> bias(std::max<int64_t>(c.N, 1));
+  for (float& x : bias) x = u(rng);
   std::vector<float> C0 = C;
   cpu::set_gemm_library(lib);
-  cpu::gemm(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+  cpu::gemm(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc,
+            c.bias ? bias.data() : nullptr);
   for (int64_t i = 0; i < c.M; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
       if (j >= c.N) {  // the padding columns of C are never written
         CHECK(C[i * ldc + j] == C0[i * ldc + j]);
         continue;
       }
-      double want = c.beta == 0 ? 0.0 : c.beta * static_cast<double>(C0[i * ldc + j]);
+      double want = (c.beta == 0 ? 0.0 : c.beta * static_cast<double>(C0[i * ldc + j])) + (c.bias ? bias[j] : 0.0);
       for (int64_t k = 0; k < c.K; ++k) {
         const double a = c.ta ? A[k * lda + i] : A[i * lda + k];
         const double b = c.tb ? B[j * ldb + k] : B[k * ldb + j];
@@ -55,25 +59,56 @@ void check_case(const Case& c, cpu::GemmLibrary lib) {
 
 TEST_SUITE("cpu gemm") {
 
-TEST_CASE("both CPU GEMM libraries compute op(A) op(B) + beta C for every layout tcn passes") {
+TEST_CASE("both CPU GEMM libraries compute op(A) op(B) + bias + beta C for every layout tcn passes") {
   std::vector<cpu::GemmLibrary> libs{cpu::GemmLibrary::OpenBLAS};
   if (cpu::onednn_available()) libs.push_back(cpu::GemmLibrary::OneDNN);
   const cpu::GemmLibrary before = cpu::gemm_library();
+  const Case shapes[] = {{false, false, 37, 29, 45, 0, 0.0f}, {false, false, 64, 48, 32, 3, 1.0f},
+                         {false, false, 1, 17, 9, 2, 1.0f},   {false, false, 13, 1, 7, 0, 0.5f},
+                         {false, false, 5, 6, 1, 1, 0.0f},    {false, false, 0, 4, 3, 0, 1.0f},
+                         {false, false, 4, 0, 3, 0, 0.0f},    {false, false, 3, 4, 0, 1, 0.0f},
+                         {false, false, 3, 4, 0, 0, 2.0f}};
   for (cpu::GemmLibrary lib : libs)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
-        for (const Case& shape : {Case{false, false, 37, 29, 45, 0, 0.0f}, Case{false, false, 64, 48, 32, 3, 1.0f},
-                                  Case{false, false, 1, 17, 9, 2, 1.0f}, Case{false, false, 13, 1, 7, 0, 0.5f},
-                                  Case{false, false, 5, 6, 1, 1, 0.0f}, Case{false, false, 0, 4, 3, 0, 1.0f},
-                                  Case{false, false, 4, 0, 3, 0, 0.0f}, Case{false, false, 3, 4, 0, 1, 0.0f},
-                                  Case{false, false, 3, 4, 0, 0, 2.0f}}) {
-          Case c = shape;
-          c.ta = ta;
-          c.tb = tb;
-          INFO(cpu::gemm_library_name(lib), " ta ", ta, " tb ", tb, " M ", c.M, " N ", c.N, " K ", c.K, " pad ", c.pad,
-               " beta ", c.beta);
-          check_case(c, lib);
+        for (bool bias : {false, true})
+          for (Case c : shapes) {
+            c.ta = ta;
+            c.tb = tb;
+            c.bias = bias;
+            INFO(cpu::gemm_library_name(lib), " ta ", ta, " tb ", tb, " bias ", bias, " M ", c.M, " N ", c.N, " K ",
+                 c.K, " pad ", c.pad, " beta ", c.beta);
+            check_case(c, lib);
+          }
+  cpu::set_gemm_library(before);
+}
+
+TEST_CASE("the bf16 GEMM with a bias equals the float32 GEMM of the same (bf16-exact) values, both libraries") {
+  std::vector<cpu::GemmLibrary> libs{cpu::GemmLibrary::OpenBLAS};
+  if (cpu::onednn_available()) libs.push_back(cpu::GemmLibrary::OneDNN);
+  const cpu::GemmLibrary before = cpu::gemm_library();
+  const int64_t M = 45, N = 33, K = 20;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> q(-8, 8);  // small multiples of 1/8: exact in bf16 and in every sum
+  std::vector<bfloat16> A(M * K), B(K * N);
+  std::vector<float> Af(M * K), Bf(K * N), bias(N);
+  for (int64_t i = 0; i < M * K; ++i) A[i] = Af[i] = q(rng) / 8.0f;
+  for (int64_t i = 0; i < K * N; ++i) B[i] = Bf[i] = q(rng) / 8.0f;
+  for (float& x : bias) x = q(rng) / 4.0f;
+  for (cpu::GemmLibrary lib : libs)
+    for (float beta : {0.0f, 1.0f}) {
+      INFO(cpu::gemm_library_name(lib), " beta ", beta);
+      cpu::set_gemm_library(lib);
+      std::vector<float> C(M * N, 0.75f), want(M * N, 0.75f);
+      cpu::gemm(false, false, M, N, K, A.data(), K, B.data(), N, beta, C.data(), N, bias.data());
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double w = beta * 0.75 + bias[j];
+          for (int64_t k = 0; k < K; ++k) w += static_cast<double>(Af[i * K + k]) * Bf[k * N + j];
+          want[i * N + j] = static_cast<float>(w);
         }
+      CHECK(C == want);
+    }
   cpu::set_gemm_library(before);
 }
 
