@@ -13,6 +13,7 @@ namespace {
 struct DeviceState {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  DeviceStatus* status = nullptr;  // pinned host memory, written by check kernels
 };
 
 std::mutex& mu() {
@@ -40,6 +41,10 @@ DeviceState& state(int device) {
     CUDA_CHECK(cudaStreamCreate(&s->stream));  // a blocking stream: ordered with the legacy default stream
     CUBLAS_CHECK(cublasCreate(&s->cublas));
     CUBLAS_CHECK(cublasSetStream(s->cublas, s->stream));
+    void* st = nullptr;
+    CUDA_CHECK(cudaMallocHost(&st, sizeof(DeviceStatus)));
+    s->status = static_cast<DeviceStatus*>(st);
+    *s->status = DeviceStatus{};
     all[device] = std::move(s);
   }
   CUDA_CHECK(cudaSetDevice(device));
@@ -58,5 +63,43 @@ cublasHandle_t cublas(int device) {
 }
 
 void set_allow_tf32(bool allow) { allow_tf32() = allow; }
+
+DeviceStatus* device_status(int device) { return state(device).status; }
+
+void raise_device_errors() {
+  DeviceStatus found{};
+  int where = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu());
+    for (size_t d = 0; d < states().size() && where < 0; ++d) {
+      DeviceState* s = states()[d].get();
+      if (!s || !s->status) continue;
+      volatile DeviceStatus* st = s->status;  // written by the device
+      if (st->check == static_cast<int32_t>(DeviceCheck::None)) continue;
+      found.check = st->check;
+      found.position = st->position;
+      found.value = st->value;
+      found.bound = st->bound;
+      st->check = static_cast<int32_t>(DeviceCheck::None);
+      where = static_cast<int>(d);
+    }
+  }
+  if (where < 0) return;
+  const std::string site = " (found by a device-side check on cuda:" + std::to_string(where) +
+                           ", reported at the next host synchronisation)";
+  switch (static_cast<DeviceCheck>(found.check)) {
+    case DeviceCheck::GatherRows:
+    case DeviceCheck::ScatterAddRows:
+      TCN_FAIL(static_cast<DeviceCheck>(found.check) == DeviceCheck::GatherRows ? "gather_rows" : "scatter_add_rows",
+               ": index ", found.value, " at position ", found.position, " is out of range for ", found.bound, " rows",
+               site);
+    case DeviceCheck::CrossEntropyTarget:
+      TCN_FAIL("cross_entropy: target ", found.value, " at position ", found.position, " is not a class in [0, ",
+               found.bound, ")", site);
+    case DeviceCheck::None:
+      break;
+  }
+  TCN_FAIL("a device-side check on cuda:", where, " failed with unknown code ", found.check);
+}
 
 }  // namespace tcn::cuda

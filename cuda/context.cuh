@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common.h"
+#include "cuda/kernels.h"
 
 #define CUBLAS_CHECK(call)                                                                              \
   do {                                                                                                  \
@@ -20,6 +21,24 @@ namespace tcn::cuda {
 cudaStream_t stream(int device);
 // The cuBLAS handle of `device`, bound to its stream, in the current math mode.
 cublasHandle_t cublas(int device);
+
+// Device-side input checks (no host synchronisation in a training step): a
+// check kernel records the first bad element it finds here, in pinned host
+// memory the device writes directly, instead of the indices being copied to
+// the host to be checked. The kernels that use the indices skip bad ones (no
+// out-of-bounds access). The host looks at the status whenever it waits for
+// the device anyway (synchronize(), a device-to-host copy: cuda/runtime.cu)
+// and throws the error then: raise_device_errors(). The first error wins; it
+// stays until raised.
+struct DeviceStatus {
+  int32_t check;     // a DeviceCheck (cuda/kernels.h); None while all is well
+  int32_t unused;
+  int64_t position;  // of the first bad element (row-major over the index tensor)
+  int64_t value;     // what it held
+  int64_t bound;     // the valid range was [0, bound)
+};
+// The status block of `device` (a pointer the device and the host both use).
+DeviceStatus* device_status(int device);
 
 // Launch geometry for n independent elements.
 inline unsigned grid_for(int64_t n, int block) {

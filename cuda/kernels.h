@@ -14,6 +14,7 @@
 // runs them, with a warning).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
@@ -51,10 +52,19 @@ void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b);
 // as cblas_?gemm(CblasRowMajor, ...) on the CPU (ops/cpu_blas.h).
 void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
-// out [N, D] = table rows idx[i] (idx int64 [N], contiguous, values checked by the caller).
+// Checks on the device that every element of idx (int64, contiguous) is in
+// [0, bound), without a host synchronisation: the first one that is not is
+// recorded for cuda::raise_device_errors() (cuda/runtime.h), which the host
+// runs whenever it next waits for the device. `what` names the check in the
+// error. The kernels below skip out-of-range indices, so nothing reads or
+// writes out of bounds meanwhile.
+enum class DeviceCheck : int32_t { None = 0, GatherRows, ScatterAddRows, CrossEntropyTarget };
+void check_index_range(DeviceCheck what, const Tensor& idx, int64_t bound);
+// out [N, D] = table rows idx[i] (idx int64 [N], contiguous); a row whose index
+// is out of range is zero (the check above reports it).
 void gather_rows(const Tensor& out, const Tensor& table, const Tensor& idx);
-// out [V, D] (zeroed by the caller) += src rows [N, D] at idx; duplicates summed in
-// index order (indices stably sorted first): deterministic.
+// out [V, D] (zeroed by the caller) += src rows [N, D] at idx; duplicates summed
+// in index order: deterministic. Out-of-range indices are skipped.
 void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx);
 // Per-row log-sum-exp (float64 [N]) and the mean loss (scalar, logits' dtype) of
 // contiguous logits rows [N, V]; targets int64 [N].

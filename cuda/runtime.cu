@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "cuda/common.h"
+#ifdef TCN_CUDA_EMU
+#include "cuda/emu/emu.h"
+#endif
 
 namespace tcn::cuda {
 
@@ -93,15 +96,40 @@ MemoryStats memory_stats(int index) {
   return all[index]->stats();
 }
 
+// Copies to and from the host wait for the device's earlier work, so they
+// raise what the device-side checks found meanwhile.
 void copy_host_to_device(void* dst, const void* src, size_t n) {
   if (n) CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  raise_device_errors();
 }
 void copy_device_to_host(void* dst, const void* src, size_t n) {
   if (n) CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+  raise_device_errors();
 }
-void copy_device_to_device(void* dst, const void* src, size_t n) {
+void copy_device_to_device(void* dst, const void* src, size_t n) {  // does not wait for the device
   if (n) CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice));
 }
-void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  raise_device_errors();
+}
+
+#ifdef TCN_CUDA_EMU
+bool counters_available() { return true; }
+DeviceCounters counters() {
+  const emu::Counters c = emu::counters();
+  DeviceCounters d;
+  d.launches = static_cast<int64_t>(c.launches);
+  d.kernels_run = static_cast<int64_t>(c.kernels_run);
+  d.graph_launches = static_cast<int64_t>(c.graph_launches);
+  d.gemms = static_cast<int64_t>(c.cublas_calls);
+  d.host_syncs = static_cast<int64_t>(c.host_syncs);
+  d.allocations = static_cast<int64_t>(c.allocations);
+  return d;
+}
+#else
+bool counters_available() { return false; }
+DeviceCounters counters() { return {}; }
+#endif
 
 }  // namespace tcn::cuda

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "core/allocator.h"
@@ -41,5 +43,47 @@ void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes);
 void synchronize();
+// Throws the first error a device-side input check found since it was last
+// raised (an embedding index or cross-entropy target out of range; see
+// cuda/context.cuh), and clears it. Every function above that waits for the
+// device calls it; call it after waiting some other way.
+void raise_device_errors();
+
+// How a stretch of work talked to the device: what `charlm bench --device cuda`
+// prints per step and what the tests of the GPU step check ("no host
+// synchronisation, no allocation in a steady step"). Counted by the emulated
+// device (TCN_CUDA=EMU), which sees every launch, copy, wait and cudaMalloc;
+// on a real GPU not counted yet (counters_available() is false; use Nsight
+// Systems there).
+struct DeviceCounters {
+  int64_t launches = 0;        // kernels launched by the host (a graph's kernels not included)
+  int64_t kernels_run = 0;     // kernels executed, a graph's included
+  int64_t graph_launches = 0;  // cudaGraphLaunch
+  int64_t gemms = 0;           // cuBLAS GEMM calls
+  int64_t host_syncs = 0;      // times the host waited for the device, for any reason
+  int64_t allocations = 0;     // cudaMalloc calls (the caching allocator's misses)
+  DeviceCounters operator-(const DeviceCounters& o) const {
+    return {launches - o.launches,     kernels_run - o.kernels_run, graph_launches - o.graph_launches,
+            gemms - o.gemms,           host_syncs - o.host_syncs,   allocations - o.allocations};
+  }
+  DeviceCounters operator+(const DeviceCounters& o) const {
+    return {launches + o.launches,     kernels_run + o.kernels_run, graph_launches + o.graph_launches,
+            gemms + o.gemms,           host_syncs + o.host_syncs,   allocations + o.allocations};
+  }
+  // Each field divided by n (per step), rounded to one decimal, as one line.
+  std::string per(int64_t n) const {
+    auto f = [n](int64_t v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.1f", static_cast<double>(v) / static_cast<double>(n > 0 ? n : 1));
+      std::string s = b;
+      return s.size() > 2 && s.substr(s.size() - 2) == ".0" ? s.substr(0, s.size() - 2) : s;
+    };
+    return f(launches) + " kernel launches, " + f(kernels_run) + " kernels run, " + f(graph_launches) +
+           " graph launches, " + f(gemms) + " GEMMs, " + f(host_syncs) + " host syncs, " + f(allocations) +
+           " allocations";
+  }
+};
+bool counters_available();
+DeviceCounters counters();
 
 }  // namespace tcn::cuda

@@ -47,7 +47,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
 #ifdef TCN_WITH_CUDA
     Tensor x = logits.detach().contiguous().view({N, V});
     Tensor targets = targets_in.contiguous().view({N});
-    check_targets(targets.to(Device::cpu()), N, V);
+    cuda::check_index_range(cuda::DeviceCheck::CrossEntropyTarget, targets, V);  // raised at the next host wait
     Tensor lse = empty({N}, {DType::F64, logits.device()});
     Tensor loss = empty({}, logits.options());
     cuda::cross_entropy_forward(loss, lse, x, targets);

@@ -9,9 +9,15 @@ namespace tcn {
 
 namespace {
 
-void check_indices(const char* op, const Tensor& idx_any, int64_t num_rows) {
-  TCN_CHECK(idx_any.dtype() == DType::I64, op, ": indices must be int64, got ", idx_any.dtype());
-  Tensor idx = idx_any.to(Device::cpu());  // on a GPU: one copy to the host to check them
+// Every index in [0, num_rows). On the CPU at once; on a GPU by a check kernel
+// whose finding is raised at the host's next wait for the device (no copy of
+// the indices to the host, no synchronisation: cuda/kernels.h).
+void check_indices(const char* op, cuda::DeviceCheck on_device, const Tensor& idx, int64_t num_rows) {
+  TCN_CHECK(idx.dtype() == DType::I64, op, ": indices must be int64, got ", idx.dtype());
+  if (idx.device().is_cuda()) {
+    TCN_CUDA_OP(op, cuda::check_index_range(on_device, idx, num_rows));
+    return;
+  }
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0; i < idx.numel(); ++i)
     TCN_CHECK(p[i] >= 0 && p[i] < num_rows, op, ": index ", p[i], " at position ", i,
@@ -31,7 +37,7 @@ Tensor gather_rows(const Tensor& table, const Tensor& idx_in) {
   out_shape.push_back(D);
   Tensor out = empty(out_shape, table.options());
   Tensor idx = idx_in.contiguous();
-  check_indices("gather_rows", idx, V);
+  check_indices("gather_rows", cuda::DeviceCheck::GatherRows, idx, V);
   const int64_t n = idx.numel(), s0 = table.stride(0), s1 = table.stride(1);
   if (table.device().is_cuda()) {
     TCN_CUDA_OP("gather_rows", cuda::gather_rows(out, table.detach(), idx));
@@ -64,7 +70,7 @@ Tensor scatter_add_rows(const Tensor& src_in, const Tensor& idx_in, int64_t num_
   Tensor out = zeros({num_rows, D}, src_in.options());
   Tensor idx = idx_in.contiguous();
   Tensor src = src_in.detach().contiguous();
-  check_indices("scatter_add_rows", idx, num_rows);
+  check_indices("scatter_add_rows", cuda::DeviceCheck::ScatterAddRows, idx, num_rows);
   const int64_t n = idx.numel();
   if (src.device().is_cuda()) {
     TCN_CUDA_OP("scatter_add_rows", cuda::scatter_add_rows(out, src, idx));

@@ -208,7 +208,8 @@ TEST_CASE("CUDA vs CPU: cross-entropy over more classes than a block has threads
   }
 }
 
-TEST_CASE("CUDA vs CPU: embedding backward sorts 120k indices with many duplicates" * doctest::skip(kNoGpu)) {
+TEST_CASE("CUDA vs CPU: embedding backward over 120k indices with many duplicates (the sort-free path)" *
+          doctest::skip(kNoGpu)) {
   const int64_t V = 50, D = 3;
   Tensor idx = rand_indices({300, 400}, V - 1, 71);  // row V-1 never appears: it must stay zero
   for (DType dt : {DType::F32, DType::F64}) {
@@ -223,6 +224,46 @@ TEST_CASE("CUDA vs CPU: embedding backward sorts 120k indices with many duplicat
     CHECK(gpu.to(Device::cpu()).to_vector<double>() == cpu.to_vector<double>());
     CHECK(cpu.narrow(0, V - 1, 1).to_vector<double>() == std::vector<double>(D, 0.0));
   }
+}
+
+TEST_CASE("CUDA embedding backward for a large table (the sorting path) equals the CPU's bit for bit" *
+          doctest::skip(kNoGpu)) {
+  const int64_t V = 3000, D = 5;  // above the sort-free path's 1024 rows
+  Tensor idx = rand_indices({40, 300}, V - 1, 74);
+  Tensor src = rand_tensor({40, 300, D}, 75, false, -1, 1, DType::F32);
+  Tensor cpu = scatter_add_rows(src, idx, V), gpu = scatter_add_rows(src.to(Device::cuda(0)), idx.to(Device::cuda(0)), V);
+  CHECK(gpu.to(Device::cpu()).to_vector<double>() == cpu.to_vector<double>());
+}
+
+TEST_CASE("CUDA index and target checks run on the device and are raised at the next host wait, then cleared" *
+          doctest::skip(kNoGpu)) {
+  const Device gpu = Device::cuda(0);
+  Tensor table = rand_tensor({5, 3}, 76, false, -1, 1, DType::F32).to(gpu);
+  Tensor bad = from_vector<int64_t>({1, 4, 7, 2, -3}, {5}).to(gpu);  // 7 at position 2 is the first bad one
+  Tensor rows = gather_rows(table, bad);  // queued: no error yet, nothing copied to the host
+  CHECK_ERROR(rows.to(Device::cpu()),
+              "gather_rows: index 7 at position 2 is out of range for 5 rows (found by a device-side check on cuda:0, "
+              "reported at the next host synchronisation)");
+  // Raised once: the device is usable again, and the bad rows were zeros, not reads out of bounds.
+  Tensor good = gather_rows(table, from_vector<int64_t>({4, 0}, {2}).to(gpu));
+  CHECK(good.to(Device::cpu()).to_vector<float>() ==
+        gather_rows(table.to(Device::cpu()), from_vector<int64_t>({4, 0}, {2})).to_vector<float>());
+
+  Tensor src = rand_tensor({5, 3}, 77, false, -1, 1, DType::F32).to(gpu);
+  (void)scatter_add_rows(src, from_vector<int64_t>({0, 1, 2, 3, 5}, {5}).to(gpu), 5);
+  CHECK_ERROR(cuda::synchronize(), "scatter_add_rows: index 5 at position 4 is out of range for 5 rows");
+
+  Tensor logits = rand_tensor({3, 4}, 78, false, -1, 1, DType::F32).to(gpu);
+  Tensor loss = cross_entropy(logits, from_vector<int64_t>({0, -1, 9}, {3}).to(gpu));
+  CHECK_ERROR(loss.item(), "cross_entropy: target -1 at position 1 is not a class in [0, 4)");
+
+  // Two bad ops before a wait: the first is the one reported. (The uploads come
+  // first: an upload waits for the device, and so would raise the first error.)
+  Tensor bad_row = from_vector<int64_t>({9}, {1}).to(gpu), bad_target = from_vector<int64_t>({0, 1, 8}, {3}).to(gpu);
+  (void)gather_rows(table, bad_row);
+  (void)cross_entropy(logits, bad_target);
+  CHECK_ERROR(cuda::synchronize(), "gather_rows: index 9 at position 0");
+  cuda::synchronize();  // nothing pending any more
 }
 
 TEST_CASE("CUDA vs CPU: LSTM layer at the reference size (B 32, H 700)" * doctest::skip(kNoGpu)) {

@@ -4,9 +4,11 @@
 // Skipped, and reported as skipped, when no GPU is usable (real or emulated).
 // Tolerances: float64 relative 1e-12 (1e-10 where GEMMs sum in another order),
 // float32 relative 1e-5 (1e-4 where GEMMs are involved).
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <initializer_list>
 #include <tuple>
 
 #include "cuda_compare.h"
@@ -258,6 +260,50 @@ TEST_CASE("CUDA vs CPU: whole char-LMs moved with Module::to, forward and backwa
     nn::LSTMConfig cfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .layers = 2, .dropout = 0.2, .emb_dropout = 0.2};
     nn::LSTMCharLM cpu(cfg, 22), gpu(cfg, 22);
     compare_models(cpu, gpu, cfg.vocab_size, 1e-4, 1e-6);
+  }
+}
+
+// Issue 11's first target, counted by the emulated device: a steady training
+// step (forward, backward, clipping, SGD; the batch already on the device)
+// makes the host wait for the device zero times and allocates nothing.
+TEST_CASE("a steady CUDA training step makes no host synchronisation and no allocation (both models)" *
+          doctest::skip(!cuda::is_available() || !cuda::counters_available())) {
+  nn::TCNConfig tcfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .levels = 2, .ksize = 3, .dropout = 0.2,
+                     .emb_dropout = 0.2};
+  nn::LSTMConfig lcfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .layers = 2, .dropout = 0.2, .emb_dropout = 0.2};
+  nn::TCNCharLM tcn(tcfg, 23);
+  nn::LSTMCharLM lstm(lcfg, 24);
+  for (nn::CharLM* m : std::initializer_list<nn::CharLM*>{&tcn, &lstm}) {
+    INFO((m == &tcn ? "tcn" : "lstm"));
+    m->train();
+    m->to(kCuda);
+    nn::SGD opt(m->parameters(), 0.5);
+    Generator g(8);
+    std::vector<int64_t> ids;
+    for (double u : rand({3, 41}, {DType::F64}, g).to_vector<double>()) ids.push_back(static_cast<int64_t>(u * 11));
+    Tensor seq = from_vector<int64_t>(ids, {3, 41});
+    Tensor inp = seq.narrow(1, 0, 40).contiguous().to(kCuda), tgt = seq.narrow(1, 11, 30).contiguous().to(kCuda);
+    Tensor loss;
+    auto step = [&] {
+      opt.zero_grad();
+      loss = cross_entropy(m->forward(inp, 30), tgt);
+      loss.backward();
+      nn::clip_grad_norm_(m->parameters(), 0.15);
+      opt.step();
+    };
+    step();
+    step();  // caches warm
+    cuda::synchronize();
+    const cuda::DeviceCounters before = cuda::counters();
+    step();
+    step();
+    const cuda::DeviceCounters d = cuda::counters() - before;
+    INFO("two steps: ", d.per(1));
+    CHECK(d.host_syncs == 0);
+    CHECK(d.allocations == 0);
+    CHECK(d.launches > 0);  // the steps did run on the device
+    CHECK(std::isfinite(loss.item()));  // one wait, to read the loss
+    CHECK(cuda::counters().host_syncs - before.host_syncs == 1);
   }
 }
 

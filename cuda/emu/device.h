@@ -143,6 +143,7 @@ inline unsigned __activemask() { return tcn::emu::active_mask(); }
 }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 // ---- atomics (relaxed, as CUDA's; they return the old value) ------------------------
 template <class T>

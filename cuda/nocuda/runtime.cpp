@@ -22,5 +22,8 @@ void copy_host_to_device(void*, const void*, size_t) { fail(); }
 void copy_device_to_host(void*, const void*, size_t) { fail(); }
 void copy_device_to_device(void*, const void*, size_t) { fail(); }
 void synchronize() {}
+void raise_device_errors() {}
+bool counters_available() { return false; }
+DeviceCounters counters() { return {}; }
 
 }  // namespace tcn::cuda

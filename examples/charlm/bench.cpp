@@ -34,6 +34,10 @@ struct Timing {
   int64_t params = 0;
   bool ok = false;
   std::string note;
+  // On the emulated device: what the timed steps asked of it, summed (the
+  // bench's own wait at the end of each step taken out).
+  cuda::DeviceCounters device;
+  int64_t counted_steps = 0;
 };
 
 // Waits for the device's queued work, so that a host clock read after it
@@ -62,14 +66,21 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
     std::vector<cpu::GemmCall> calls;
     if (s == o.warmup && !dev.is_cuda()) cpu::record_gemms(&calls);  // the first timed step: its GEMM FLOPs
     sync(dev);
+    const bool count = dev.is_cuda() && cuda::counters_available() && s >= o.warmup;
+    const cuda::DeviceCounters c0 = count ? cuda::counters() : cuda::DeviceCounters{};
     auto t0 = Clock::now();
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
     loss.backward();
     nn::clip_grad_norm_(model->parameters(), 0.15);
     opt.step();
-    (void)loss.item();
-    sync(dev);
+    sync(dev);  // the step's queued work done: the clock covers all of it
+    if (count) {
+      cuda::DeviceCounters d = cuda::counters() - c0;
+      d.host_syncs -= 1;  // the wait just above, the bench's own
+      r.device = r.device + d;
+      ++r.counted_steps;
+    }
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     cpu::record_gemms(nullptr);
     for (const auto& c : calls) r.gemm_gflop += c.flops() / 1e9;
@@ -245,6 +256,15 @@ int run_bench(const BenchOptions& o, const char*) {
         best = r.t.median_ms;
     return best;
   };
+  if (dev.is_cuda()) {
+    std::printf("\n");
+    for (const Row& r : rows)
+      if (r.framework == "tcn" && r.t.ok)
+        std::printf("%s (%s) per step on %s: %s\n", r.kind.c_str(), r.precision.c_str(),
+                    cuda::counters_available() ? "the EMULATED device" : dev.str().c_str(),
+                    cuda::counters_available() ? r.t.device.per(r.t.counted_steps).c_str()
+                                               : "device counters not available on a GPU yet (use nsys)");
+  }
   if (kinds.size() == 2 && ours("lstm", "fp32") > 0)
     std::printf("\nTCN step / LSTM step (tcn framework, fp32, fastest rows): %.2f\n",
                 ours("tcn", "fp32") / ours("lstm", "fp32"));
