@@ -84,6 +84,16 @@ void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, co
 // Gate gradients of step t into dG, from dout and the running dh, dc (updated to step t-1).
 void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, const Tensor& cs, const Tensor& dout,
                         const Tensor& dh, const Tensor& dc, int64_t t);
+// Optimizer updates of one parameter p (contiguous, as g, buf, m, v), as the CPU
+// loops of nn/optim.cpp. gate: undefined, or a float64 scalar on the device
+// that turns the update off when 0 (read by the kernel: no host wait).
+void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, double lr, double weight_decay, double momentum,
+                bool first, const Tensor& gate);
+// step_count: float64 scalar on the device, the steps taken so far; advanced by one unless the gate is closed.
+void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& step_count,
+                 double lr, double beta1, double beta2, double eps, double weight_decay, const Tensor& gate);
+// watch: float64 [4] = (ok, first bad step, its loss, sum of finite losses), see nn::LossWatch.
+void watch_loss(const Tensor& watch, const Tensor& loss, int64_t step);
 // Strict FP32 GEMMs (the default) or TF32 tensor cores.
 void set_allow_tf32(bool allow);
 

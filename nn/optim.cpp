@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+
 namespace tcn::nn {
 
 namespace {
@@ -9,6 +12,17 @@ namespace {
 template <class F>
 void for_each_element(const Tensor& p, F f) {
   dispatch_float(p.dtype(), "optimizer", [&]<class T>() { f.template operator()<T>(p.numel()); });
+}
+
+// The gate of Optimizer::step: checked against parameter p; true when it is a
+// CPU tensor holding 0 (a GPU gate is read by the update kernels instead).
+bool gate_closed_here(const Tensor& gate, const Tensor& p) {
+  if (!gate.defined()) return false;
+  TCN_CHECK(gate.numel() == 1 && gate.dtype() == DType::F64, "optimizer: the gate must be a float64 scalar, got ",
+            gate.dtype(), " ", gate.shape());
+  TCN_CHECK(gate.device() == p.device(), "optimizer: the gate is on ", gate.device(), " but a parameter is on ",
+            p.device());
+  return gate.device().is_cpu() && gate.item() == 0.0;
 }
 }  // namespace
 
@@ -47,25 +61,17 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
   }
 }
 
-void SGD::step() {
+void SGD::step(const Tensor& gate) {
   autograd::NoGrad ng;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
-    if (!g.defined()) continue;
+    if (!g.defined() || gate_closed_here(gate, p)) continue;
+    // A buffer that a gated-off step left at zero gives the same update either way.
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
-    if (p.device().is_cuda()) {  // the same update, composed from in-place ops
-      Tensor d = weight_decay != 0 ? add(g, mul(p, weight_decay)) : g;
-      if (momentum != 0) {
-        if (first) {
-          copy_(buf_[i], d);
-        } else {
-          mul_(buf_[i], momentum);
-          add_(buf_[i], d);
-        }
-        d = buf_[i];
-      }
-      add_(p, d, -lr);
+    if (p.device().is_cuda()) {
+      TCN_CUDA_OP("SGD", cuda::sgd_update(p, g.contiguous(), momentum != 0 ? buf_[i] : Tensor(), lr, weight_decay,
+                                          momentum, first, gate));
       if (momentum != 0) started_.data<double>()[i] = 1;
       continue;
     }
@@ -104,28 +110,27 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
     m_.push_back(zeros(p.shape(), p.options()));
     v_.push_back(zeros(p.shape(), p.options()));
   }
-  steps_ = zeros({static_cast<int64_t>(params_.size())}, {DType::F64});
+  const Device dev = params_.empty() ? Device::cpu() : params_[0].device();
+  for (const Tensor& p : params_)
+    TCN_CHECK(p.device() == dev, "Adam: all parameters must be on one device, got ", dev, " and ", p.device());
+  steps_ = zeros({static_cast<int64_t>(params_.size())}, {DType::F64, dev});  // where the updates read it
 }
 
-void Adam::step() {
+void Adam::step(const Tensor& gate) {
   autograd::NoGrad ng;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
-    if (!g.defined()) continue;
+    if (!g.defined() || gate_closed_here(gate, p)) continue;
+    if (p.device().is_cuda()) {  // the step count is on the device: the kernel computes the bias corrections
+      TCN_CUDA_OP("Adam", cuda::adam_update(p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1), lr, beta1, beta2,
+                                            eps, weight_decay, gate));
+      continue;
+    }
     double& t = steps_.data<double>()[i];
     t += 1;
     const double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
     const double step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
-    if (p.device().is_cuda()) {  // the same update, composed from ops
-      Tensor d = weight_decay != 0 ? add(g, mul(p, weight_decay)) : g;
-      mul_(m_[i], beta1);
-      add_(m_[i], d, 1 - beta1);
-      mul_(v_[i], beta2);
-      add_(v_[i], mul(d, d), 1 - beta2);
-      add_(p, div(m_[i], add(div(sqrt(v_[i]), sqrt_bc2), eps)), -step_size);
-      continue;
-    }
     for_each_element(p, [&]<class T>(int64_t n) {
       T* w = p.data<T>();
       const T* gr = g.data<T>();
@@ -171,6 +176,48 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params)
     if (p.grad().defined()) mul_(p.grad(), coef);
   return norm;
+}
+
+}  // namespace tcn::nn
+
+namespace tcn::nn {
+
+// ---- LossWatch ----------------------------------------------------------------------------
+LossWatch::LossWatch(Device device) : w_(zeros({4}, {DType::F64, device})) {
+  fill_(w_.narrow(0, 0, 1), 1.0);
+  ok_ = w_.narrow(0, 0, 1).squeeze(0);
+}
+
+void LossWatch::add(const Tensor& loss, int64_t step) {
+  TCN_CHECK(loss.defined() && loss.numel() == 1 && is_floating(loss.dtype()), "LossWatch: the loss must be a float scalar");
+  TCN_CHECK(loss.device() == w_.device(), "LossWatch: the loss is on ", loss.device(), ", the watch on ", w_.device());
+  ++added_;
+  if (w_.device().is_cuda()) {
+    TCN_CUDA_OP("LossWatch", cuda::watch_loss(w_, loss.detach().contiguous(), step));
+    return;
+  }
+  double* w = w_.data<double>();  // the kernel's logic, on the host
+  const double l = loss.item();
+  if (w[0] == 0.0) return;
+  if (std::isfinite(l)) {
+    w[3] += l;
+  } else {
+    w[0] = 0.0;
+    w[1] = static_cast<double>(step);
+    w[2] = l;
+  }
+}
+
+LossWatch::Reading LossWatch::read() {
+  const std::vector<double> h = w_.to(Device::cpu()).to_vector<double>();  // on a GPU: the one host wait
+  Reading r;
+  r.loss_sum = h[3];
+  r.losses = added_;
+  r.bad_step = h[0] == 0.0 ? static_cast<int64_t>(h[1]) : -1;
+  r.bad_loss = h[2];
+  added_ = 0;
+  fill_(w_.narrow(0, 3, 1), 0.0);  // the sum starts again (queued on a GPU: no wait)
+  return r;
 }
 
 }  // namespace tcn::nn

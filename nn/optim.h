@@ -1,6 +1,7 @@
-// Optimizers with PyTorch's update rules, and global-norm gradient clipping.
-// step() runs under NoGrad and updates parameters in place; parameters with
-// no gradient are skipped, as in PyTorch.
+// Optimizers with PyTorch's update rules, global-norm gradient clipping, and a
+// device-side watch on the training loss. step() runs under NoGrad and updates
+// parameters in place; parameters with no gradient are skipped, as in PyTorch.
+// On a GPU each parameter's update is one kernel.
 #pragma once
 
 #include <vector>
@@ -13,7 +14,11 @@ class Optimizer {
  public:
   explicit Optimizer(std::vector<Tensor> params, double lr);
   virtual ~Optimizer() = default;
-  virtual void step() = 0;
+  // gate: undefined (update), or a float64 scalar on the parameters' device
+  // (LossWatch::ok()): while it is 0 the step changes nothing, neither the
+  // parameters nor the optimizer's state. It is read where it lives, so a GPU
+  // step needs no host wait to decide.
+  virtual void step(const Tensor& gate = Tensor()) = 0;
   void zero_grad() const;
   double lr;
   const std::vector<Tensor>& params() const { return params_; }
@@ -31,7 +36,7 @@ class Optimizer {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, double lr, double momentum = 0.0, double weight_decay = 0.0);
-  void step() override;
+  void step(const Tensor& gate = Tensor()) override;
   NamedTensors state() const override;
   double momentum, weight_decay;
 
@@ -45,13 +50,40 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
        double weight_decay = 0.0);
-  void step() override;
+  void step(const Tensor& gate = Tensor()) override;
   NamedTensors state() const override;
   double beta1, beta2, eps, weight_decay;
 
  private:
   std::vector<Tensor> m_, v_;
-  Tensor steps_;  // float64 [params]: steps taken per parameter (they skip steps without a gradient)
+  // float64 [params], on the parameters' device: steps taken per parameter
+  // (they skip steps without a gradient, and gated-off steps).
+  Tensor steps_;
+};
+
+// Watches the training loss on its device without reading it back every step
+// (on a GPU, a read is a host wait). add(loss, step) sums finite losses; the
+// first non-finite one turns ok() to 0 for good and records its step and value.
+// ok() is the gate for Optimizer::step, so the parameters and optimizer state
+// stay as they were before that step. read() (one host wait) returns the sum
+// since the last read, and the bad step if there was one.
+class LossWatch {
+ public:
+  explicit LossWatch(Device device);
+  void add(const Tensor& loss, int64_t step);
+  const Tensor& ok() const { return ok_; }
+  struct Reading {
+    double loss_sum = 0;      // finite losses added since the last read
+    int64_t losses = 0;       // how many add() calls that covers
+    int64_t bad_step = -1;    // the first non-finite loss's step, -1 if none
+    double bad_loss = 0;      // its value (NaN or an infinity)
+  };
+  Reading read();
+
+ private:
+  Tensor w_;   // float64 [4] on the device: ok, bad step, bad loss, sum
+  Tensor ok_;  // w_[0], a scalar view
+  int64_t added_ = 0;
 };
 
 // Scales all gradients so their global L2 norm is at most max_norm (factor

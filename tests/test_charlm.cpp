@@ -256,9 +256,36 @@ TEST_CASE("an unwritable --save path fails before training; NaN loss stops with 
   CHECK(err.find("loss is") != std::string::npos);
   CHECK(err.find("stopping before the update") != std::string::npos);
   CHECK(err.find("m.last.safetensors is intact") != std::string::npos);
-  // The last checkpoint loads (it was written atomically before the bad step).
+  // The last checkpoint loads (it was written atomically before the bad step),
+  // at the step before the one named. (Its weights need not be finite: at lr
+  // 1e30 the last good step's update overflows them; the loss only shows it next.)
   auto m = nn::load_char_lm(d.file("m.last.safetensors"), "optim.");
   CHECK(m.model->num_parameters() > 0);
+  const int64_t bad = std::stoll(err.substr(err.find("step ") + 5));
+  CHECK(bad >= 1);
+  CHECK(nlohmann::json::parse(m.file.metadata.at("train_state")).at("step").get<int64_t>() == bad - 1);
+
+  // The loss is watched without reading it every step (read at log lines and
+  // saves); --debug_sync reads it every step: the same step is named, and on a
+  // CUDA device (emulated in CI) too.
+  std::vector<std::pair<bool, std::string>> variants{{true, "cpu"}};
+  if (cuda::is_available()) variants.push_back({false, "cuda"});
+  for (const auto& [debug_sync, device] : variants) {
+    INFO("debug_sync ", debug_sync, ", device ", device);
+    TrainOptions v = o;
+    v.save = d.file("v.safetensors");
+    v.save_every = 0;
+    v.log_interval = 20;
+    v.debug_sync = debug_sync;
+    v.device = device;
+    std::string e2;
+    try {
+      run_train(v);
+    } catch (const Error& e) {
+      e2 = e.what();
+    }
+    CHECK(e2.substr(0, e2.find(':')) == err.substr(0, err.find(':')));  // "step N (epoch E, batch B)"
+  }
 }
 
 TEST_CASE("incremental generation matches a full recompute (TCN and LSTM)") {

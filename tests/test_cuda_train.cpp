@@ -119,7 +119,7 @@ charlm::TrainOptions small_train_options(const TempDir& d, const std::string& mo
 
 TEST_SUITE("cuda") {
 
-TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, step by step" *
+TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, step by step, gated" *
           doctest::skip(!cuda::is_available())) {
   struct Setup {
     const char* name;
@@ -168,7 +168,24 @@ TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, 
             CHECK(norm.device() == p[0].device());
             norms[side] = norm.item();
           }
-          opt.step();
+          // Step 2 runs with a closed gate (nothing may change, parameters or
+          // state), step 3 with an open one (as no gate), the rest with none.
+          if (step == 2) {
+            std::vector<Tensor> before;
+            for (const Tensor& t : p) before.push_back(clone(t.detach()));
+            for (const auto& [name, t] : opt.state()) before.push_back(clone(t));
+            opt.step(zeros({}, {DType::F64, p[0].device()}));
+            size_t k = 0;
+            for (const Tensor& t : p) CHECK(t.detach().to(Device::cpu()).to_vector<double>() == before[k++].to(Device::cpu()).to_vector<double>());
+            for (const auto& [name, t] : opt.state()) {
+              INFO("state ", name);
+              CHECK(t.to(Device::cpu()).to_vector<double>() == before[k++].to(Device::cpu()).to_vector<double>());
+            }
+          } else if (step == 3) {
+            opt.step(full({}, 1.0, {DType::F64, p[0].device()}));
+          } else {
+            opt.step();
+          }
         }
         CHECK(std::abs(norms[1] - norms[0]) <= rtol * std::abs(norms[0]));
         check_params_close(pg, pc, atol, rtol, "parameter");

@@ -220,3 +220,52 @@ TEST_CASE("clip_grad_norm returns the norm and scales to max_norm") {
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("nn") {
+
+// nn::LossWatch on the CPU and, where one is usable, on a CUDA device: the same
+// logic in a host loop and in a kernel.
+TEST_CASE("LossWatch sums finite losses, keeps the first non-finite one for good, and gates an optimizer") {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda::is_available()) devices.push_back(Device::cuda(0));
+  for (const Device& dev : devices) {
+    INFO(dev.str());
+    LossWatch w(dev);
+    CHECK(w.ok().device() == dev);
+    CHECK(w.ok().dim() == 0);
+    w.add(full({}, 1.5, {DType::F32, dev}), 1);
+    w.add(full({}, 2.25, {DType::F32, dev}), 2);
+    LossWatch::Reading r = w.read();
+    CHECK(r.loss_sum == 3.75);
+    CHECK(r.losses == 2);
+    CHECK(r.bad_step == -1);
+    CHECK(w.read().loss_sum == 0);  // a read starts the sum again
+    w.add(full({}, 1.0, {DType::F64, dev}), 3);
+    w.add(full({}, std::nan(""), {DType::F32, dev}), 4);
+    w.add(full({}, INFINITY, {DType::F32, dev}), 5);  // not the first: step 4 stays the one named
+    w.add(full({}, 7.0, {DType::F32, dev}), 6);        // after a bad loss nothing is summed
+    r = w.read();
+    CHECK(r.bad_step == 4);
+    CHECK(std::isnan(r.bad_loss));
+    CHECK(r.loss_sum == 1.0);
+    CHECK(r.losses == 4);
+    CHECK(w.ok().item() == 0.0);
+    CHECK(w.read().bad_step == 4);  // for good
+
+    // The gate: an SGD step after the bad loss changes nothing.
+    Tensor p = full({3}, 2.0, {DType::F32, dev}).requires_grad_();
+    SGD opt({p}, 0.5);
+    sum(mul(p, p)).backward();
+    opt.step(w.ok());
+    CHECK(p.detach().to(Device::cpu()).to_vector<float>() == std::vector<float>{2, 2, 2});
+    opt.step(LossWatch(dev).ok());  // a fresh watch: open
+    CHECK(p.detach().to(Device::cpu()).to_vector<float>() == std::vector<float>{0, 0, 0});  // 2 - 0.5 * 4
+  }
+  CHECK_ERROR(LossWatch(Device::cpu()).add(zeros({2}), 1), "the loss must be a float scalar");
+  Tensor p = zeros({2}).requires_grad_();
+  SGD opt({p}, 0.1);
+  sum(p).backward();
+  CHECK_ERROR(opt.step(zeros({})), "the gate must be a float64 scalar");
+}
+
+}  // TEST_SUITE

@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
   train->add_option("--eval_batch_size", t.eval_batch_size, "streams when evaluating, in [1, 100000]")->capture_default_str();
   train->add_option("--eval_batches", t.eval_batches, "evaluate on at most this many windows, in [0, 1e12] (0: all)")->capture_default_str();
   train->add_flag("--quiet", t.quiet, "no log lines on stdout (metrics still go to the CSV)");
+  train->add_flag("--debug_sync", t.debug_sync,
+                  "wait for the device after every step, so a bad loss or index is reported at its own step "
+                  "(default: at the next log line, evaluation or save)");
   train->add_option("--eval_interval", t.eval_interval, "also report valid bpc every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
   train->add_option("--save_every", t.save_every, "also write the latest state every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
 

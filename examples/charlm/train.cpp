@@ -475,44 +475,80 @@ int run_train(TrainOptions o) {
     return vloss;
   };
 
+  // The training split on the training device once, so a batch is a slice
+  // of it there: no upload, no host wait per step.
+  const Tensor train_src = train.to(device);
+  // The losses are watched on the device (nn::LossWatch): a step never waits
+  // to read its loss; the first non-finite one gates off every later update,
+  // so the parameters stay as they were before it. settle() reads the watch
+  // (one host wait, which also raises what the device-side index checks found)
+  // at each log line, before every evaluation, save and exit, and after every
+  // step with --debug_sync; a bad loss then stops the run naming its step.
+  nn::LossWatch watch(device);
+  std::vector<std::pair<int64_t, int64_t>> unread;  // (epoch, batch) of each step since the last read
+  double last_loss = 0;
+  auto settle = [&] {
+    const nn::LossWatch::Reading r = watch.read();
+    if (r.bad_step >= 0) {
+      const int64_t back = st.step - r.bad_step;  // steps since the bad one: it is among the unread ones
+      std::string where;
+      if (back >= 0 && back < static_cast<int64_t>(unread.size())) {
+        const auto [epoch, batch] = unread[unread.size() - 1 - static_cast<size_t>(back)];
+        where = " (epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) + ")";
+      }
+      TCN_FAIL("step ", r.bad_step, where, ": loss is ", r.bad_loss, "; stopping before the update. ",
+               o.save.empty() ? std::string("") : "The last checkpoint " + last_path(o.save) + " is intact.");
+    }
+    unread.clear();
+    return r;
+  };
+
   for (; st.epoch <= o.epochs && !stop; ++st.epoch) {
     model->train();
     double interval_loss = 0;
     int64_t interval_steps = 0, interval_chars = 0;
     auto t_interval = Clock::now();
+    auto drain = [&] {  // the losses not read yet into this interval's sum
+      if (!unread.empty()) interval_loss += settle().loss_sum;
+    };
     for (int64_t bi = st.next_batch; bi < static_cast<int64_t>(wins.size()); ++bi) {
-      if (StopSignals::received()) return interrupted(true);
+      if (StopSignals::received()) {
+        settle();  // a bad step pending: its error, not a save
+        return interrupted(true);
+      }
       if (o.max_steps > 0 && st.step >= o.max_steps) {
         stop = true;
         break;
       }
-      auto [inp, tgt] = get_batch(train, wins[bi]);
-      inp = inp.to(device);
-      tgt = tgt.to(device);
+      auto [inp, tgt] = get_batch(train_src, wins[bi]);
       const int64_t scored = wins[bi].len - hist;
       opt->zero_grad();
       Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
       Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
       loss.backward();
       if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
-      const double l = loss.item();
-      TCN_CHECK(std::isfinite(l), "step ", st.step + 1, " (epoch ", st.epoch, ", batch ", bi + 1, "): loss is ", l,
-                "; stopping before the update. ",
-                o.save.empty() ? std::string("") : "The last checkpoint " + last_path(o.save) + " is intact.");
-      opt->step();
+      watch.add(loss, st.step + 1);
+      opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
       st.step++;
       st.next_batch = bi + 1;
-      interval_loss += l;
+      unread.emplace_back(st.epoch, bi + 1);
       interval_steps++;
       interval_chars += scored * inp.size(0);
+      if (o.debug_sync) {
+        last_loss = settle().loss_sum;  // this step's loss alone
+        interval_loss += last_loss;
+      }
       if (tty)
-        std::fprintf(stderr, "\r  epoch %lld | %lld/%zu | step %lld | loss %.3f   ", static_cast<long long>(st.epoch),
-                     static_cast<long long>(bi + 1), wins.size(), static_cast<long long>(st.step), l);
+        std::fprintf(stderr, "\r  epoch %lld | %lld/%zu | step %lld | loss %.3f%s   ", static_cast<long long>(st.epoch),
+                     static_cast<long long>(bi + 1), wins.size(), static_cast<long long>(st.step), last_loss,
+                     o.debug_sync ? "" : " (last log)");
       if (interval_steps == o.log_interval || st.step == o.max_steps) {
+        drain();
         double secs = std::chrono::duration<double>(Clock::now() - t_interval).count();
         double ms = secs * 1000 / static_cast<double>(interval_steps);
         double cps = static_cast<double>(interval_chars) / secs;
         double avg = interval_loss / static_cast<double>(interval_steps);
+        last_loss = avg;
         if (tty) std::fprintf(stderr, "\r%80s\r", "");
         say("| epoch %3lld | %5lld/%5zu batches | lr %.5f | ms/batch %8.1f | chars/s %7.0f | loss %.3f | bpc %.3f\n",
                     static_cast<long long>(st.epoch), static_cast<long long>(bi + 1), wins.size(), st.lr, ms, cps,
@@ -524,6 +560,7 @@ int run_train(TrainOptions o) {
         t_interval = Clock::now();
       }
       if (o.eval_interval > 0 && st.step % o.eval_interval == 0 && st.step != o.max_steps) {
+        drain();
         const auto t_eval = Clock::now();
         double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
         model->train();
@@ -533,9 +570,12 @@ int run_train(TrainOptions o) {
         log.row("valid", st.epoch, st.step, st.lr, vloss, 0, 0, elapsed());
         t_interval += Clock::now() - t_eval;  // keep evaluation out of the interval's ms/batch
       }
-      if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0)
+      if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0) {
+        drain();  // never save past a bad step
         save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
+      }
     }
+    settle();  // the epoch's (or run's) last steps: a bad one stops here, before evaluation and saves
     if (StopSignals::received()) return interrupted(true);
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     const bool full_epoch = !stop;

@@ -27,6 +27,7 @@ struct TrainOptions {
   int64_t eval_interval = 0;                       // also evaluate on valid every N steps (0: epoch ends only)
   bool quiet = false;                              // no progress or log lines on stdout (tests); the CSV is still written
   std::string precision = "fp32";                  // fp32 or bf16 (mixed precision: core/autocast.h)
+  bool debug_sync = false;                         // read the loss watch every step (errors at their step)
 };
 
 int run_train(TrainOptions opts);
