@@ -84,14 +84,25 @@ void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, co
 // Gate gradients of step t into dG, from dout and the running dh, dc (updated to step t-1).
 void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, const Tensor& cs, const Tensor& dout,
                         const Tensor& dh, const Tensor& dc, int64_t t);
-// Optimizer updates of one parameter p (contiguous, as g, buf, m, v), as the CPU
-// loops of nn/optim.cpp. gate: undefined, or a float64 scalar on the device
-// that turns the update off when 0 (read by the kernel: no host wait).
-void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, double lr, double weight_decay, double momentum,
-                bool first, const Tensor& gate);
+// Optimizer updates as the CPU loops of nn/optim.cpp, parameters contiguous (as
+// g, buf, m, v). gate: undefined, or a float64 scalar on the device that turns
+// the update off when 0 (read by the kernel: no host wait). SGD: many
+// parameters in one launch per 32 (one dtype, one device).
+struct SgdParam {
+  Tensor p, g, buf;  // buf undefined without momentum
+  bool first;        // the buffer's first step (buf = d)
+};
+void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weight_decay, double momentum,
+                     const Tensor& gate);
 // step_count: float64 scalar on the device, the steps taken so far; advanced by one unless the gate is closed.
 void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& step_count,
                  double lr, double beta1, double beta2, double eps, double weight_decay, const Tensor& gate);
+// Global-norm clipping of many gradients in a few launches (one sum-of-squares
+// pass per 32 tensors, one reduction, one scaling pass per 32): the squares
+// summed in float64 in a fixed order (deterministic), norm (a scalar of the
+// grads' dtype, on the device) = its square root, every grad scaled in place by
+// min(1, max_norm / (norm + 1e-6)). Grads contiguous, one dtype, on norm's device.
+void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& norm);
 // watch: float64 [4] = (ok, first bad step, its loss, sum of finite losses), see nn::LossWatch.
 void watch_loss(const Tensor& watch, const Tensor& loss, int64_t step);
 // Strict FP32 GEMMs (the default) or TF32 tensor cores.

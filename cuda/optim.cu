@@ -3,7 +3,9 @@
 // the host reading anything. Each mirrors the CPU loop in nn/optim.cpp (same
 // formulas, same order of operations), which is its oracle in
 // tests/test_cuda_train.cpp.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
@@ -15,20 +17,6 @@ namespace {
 
 // gate: null (always update) or a float64 scalar on the device; 0 turns the update off.
 __device__ __forceinline__ bool gate_closed(const double* gate) { return gate != nullptr && *gate == 0.0; }
-
-// p (n) -= lr * d, d = g + wd * p; with buf: buf = first ? d : mom * buf + d, d = buf.
-template <class T>
-__global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T mom, bool first, const double* gate) {
-  if (gate_closed(gate)) return;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
-    T d = g[k] + wd * p[k];
-    if (buf) {
-      buf[k] = first ? d : mom * buf[k] + d;
-      d = buf[k];
-    }
-    p[k] -= lr * d;
-  }
-}
 
 // Adam with bias correction; the step count t (float64, on the device) is the
 // one this update makes: *steps + 1 (the count is advanced after, by
@@ -68,19 +56,148 @@ __global__ void watch_loss_kernel(double* w, const T* loss, int64_t step) {
   }
 }
 
+// ---- many tensors in one launch ------------------------------------------------------
+// Up to kMany contiguous tensors of one dtype passed by value in the kernel's
+// parameters (no table to upload) and seen as one range of elements:
+// element e is in the first tensor i with e < end[i]. A thread's e only grows,
+// so it finds i by walking forward from the last one.
+constexpr int kMany = 32;
+template <class T>
+struct Many {
+  T* p[kMany];
+  int64_t end[kMany];  // elements in tensors 0..i
+  int n;
+};
+template <class T>
+__device__ __forceinline__ int64_t locate(const Many<T>& m, int64_t e, int& i) {
+  while (e >= m.end[i]) ++i;
+  return e - (i > 0 ? m.end[i - 1] : 0);
+}
+
+// partial[block] = sum over this block's elements of x^2, in float64. Fixed
+// grid, fixed assignment, fixed tree: the same sum every run.
+constexpr int kNormBlocks = 128, kNormThreads = 256;
+template <class T>
+__global__ void sum_squares_kernel(double* partial, Many<const T> m) {
+  __shared__ double sh[kNormThreads];
+  double acc = 0;
+  const int64_t total = m.end[m.n - 1];
+  int i = 0;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = locate(m, e, i);
+    const double x = static_cast<double>(m.p[i][k]);
+    acc += x * x;
+  }
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+// norm = sqrt(sum of the partials of all launches); coef = min(1, max_norm / (norm + 1e-6)), as PyTorch.
+template <class T>
+__global__ void clip_coef_kernel(T* norm, T* coef, const double* partial, int n, double max_norm) {
+  __shared__ double sh[kNormThreads];
+  double acc = 0;
+  for (int k = threadIdx.x; k < n; k += blockDim.x) acc += partial[k];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double nrm = ::sqrt(sh[0]);
+    const double c = max_norm / (nrm + 1e-6);
+    *norm = static_cast<T>(nrm);
+    *coef = static_cast<T>(c < 1.0 ? c : 1.0);
+  }
+}
+
+template <class T>
+__global__ void scale_many_kernel(Many<T> m, const T* coef) {
+  const T c = *coef;
+  const int64_t total = m.end[m.n - 1];
+  int i = 0;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = locate(m, e, i);
+    m.p[i][k] *= c;
+  }
+}
+
+// SGD over many parameters: p -= lr * d, d = g + wd * p; with a momentum
+// buffer (null without momentum) buf = first ? d : mom * buf + d, d = buf.
+template <class T>
+struct SgdMany {
+  T* p[kMany];
+  const T* g[kMany];
+  T* buf[kMany];
+  bool first[kMany];
+  int64_t end[kMany];
+  int n;
+};
+template <class T>
+__global__ void sgd_many_kernel(SgdMany<T> m, T lr, T wd, T mom, const double* gate) {
+  if (gate_closed(gate)) return;
+  const int64_t total = m.end[m.n - 1];
+  int i = 0;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    while (e >= m.end[i]) ++i;
+    const int64_t k = e - (i > 0 ? m.end[i - 1] : 0);
+    T* p = m.p[i];
+    T d = m.g[i][k] + wd * p[k];
+    if (T* b = m.buf[i]) {
+      b[k] = m.first[i] ? d : mom * b[k] + d;
+      d = b[k];
+    }
+    p[k] -= lr * d;
+  }
+}
+
+// Calls f(many) for consecutive groups of at most kMany tensors.
+template <class T, class F>
+void for_groups(const std::vector<Tensor>& ts, F f) {
+  for (size_t g0 = 0; g0 < ts.size(); g0 += kMany) {
+    Many<T> m{};
+    int64_t total = 0;
+    for (size_t k = g0; k < ts.size() && k < g0 + kMany; ++k) {
+      m.p[m.n] = static_cast<T*>(ts[k].raw_data());
+      total += ts[k].numel();
+      m.end[m.n++] = total;
+    }
+    if (total > 0) f(m, total);
+  }
+}
+
 const double* gate_ptr(const Tensor& gate) { return gate.defined() ? static_cast<const double*>(gate.raw_data()) : nullptr; }
 
 }  // namespace
 
-void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, double lr, double weight_decay, double momentum,
-                bool first, const Tensor& gate) {
-  const int64_t n = p.numel();
-  if (n == 0) return;
-  dispatch_float(p.dtype(), "CUDA kernel", [&]<class T>() {
-    TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(p.device().index), sgd_kernel<T>)(
-        static_cast<T*>(p.raw_data()), static_cast<const T*>(g.raw_data()),
-        buf.defined() ? static_cast<T*>(buf.raw_data()) : nullptr, n, T(lr), T(weight_decay), T(momentum), first,
-        gate_ptr(gate));
+void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weight_decay, double momentum,
+                     const Tensor& gate) {
+  if (params.empty()) return;
+  const Tensor& p0 = params.front().p;
+  cudaStream_t s = stream(p0.device().index);
+  dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
+    for (size_t g0 = 0; g0 < params.size(); g0 += kMany) {
+      SgdMany<T> m{};
+      int64_t total = 0;
+      for (size_t k = g0; k < params.size() && k < g0 + kMany; ++k) {
+        const SgdParam& q = params[k];
+        m.p[m.n] = static_cast<T*>(q.p.raw_data());
+        m.g[m.n] = static_cast<const T*>(q.g.raw_data());
+        m.buf[m.n] = q.buf.defined() ? static_cast<T*>(q.buf.raw_data()) : nullptr;
+        m.first[m.n] = q.first;
+        total += q.p.numel();
+        m.end[m.n++] = total;
+      }
+      if (total == 0) continue;
+      TCN_LAUNCH(grid_for(total, 256), 256, 0, s, sgd_many_kernel<T>)(m, T(lr), T(weight_decay), T(momentum),
+                                                                      gate_ptr(gate));
+    }
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -97,6 +214,29 @@ void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor
           T(weight_decay), gate_ptr(gate));
     });
   TCN_LAUNCH(1, 1, 0, s, count_step_kernel)(static_cast<double*>(step_count.raw_data()), gate_ptr(gate));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& norm) {
+  const int dev = norm.device().index;
+  cudaStream_t s = stream(dev);
+  const int groups = static_cast<int>((grads.size() + kMany - 1) / kMany);
+  Tensor partial = empty({std::max(1, groups) * kNormBlocks}, {DType::F64, norm.device()});  // every slot written
+  Tensor coef = empty({}, norm.options());
+  dispatch_float(norm.dtype(), "CUDA kernel", [&]<class T>() {
+    int g = 0;
+    for_groups<const T>(grads, [&](const Many<const T>& m, int64_t) {
+      TCN_LAUNCH(kNormBlocks, kNormThreads, 0, s, sum_squares_kernel<T>)(
+          static_cast<double*>(partial.raw_data()) + g++ * kNormBlocks, m);
+    });
+    TCN_LAUNCH(1, kNormThreads, 0, s, clip_coef_kernel<T>)(static_cast<T*>(norm.raw_data()),
+                                                           static_cast<T*>(coef.raw_data()),
+                                                           static_cast<const double*>(partial.raw_data()),
+                                                           static_cast<int>(partial.numel()), max_norm);
+    for_groups<T>(grads, [&](const Many<T>& m, int64_t total) {
+      TCN_LAUNCH(grid_for(total, 256), 256, 0, s, scale_many_kernel<T>)(m, static_cast<const T*>(coef.raw_data()));
+    });
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 #include "nn/optim.h"
 
 #include <cmath>
+#include <utility>
 
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
@@ -63,6 +64,7 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
 
 void SGD::step(const Tensor& gate) {
   autograd::NoGrad ng;
+  std::vector<cuda::SgdParam> on_gpu;  // updated together below, one launch per 32
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -70,8 +72,9 @@ void SGD::step(const Tensor& gate) {
     // A buffer that a gated-off step left at zero gives the same update either way.
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
     if (p.device().is_cuda()) {
-      TCN_CUDA_OP("SGD", cuda::sgd_update(p, g.contiguous(), momentum != 0 ? buf_[i] : Tensor(), lr, weight_decay,
-                                          momentum, first, gate));
+      if (!on_gpu.empty() && (on_gpu.front().p.device() != p.device() || on_gpu.front().p.dtype() != p.dtype()))
+        TCN_CUDA_OP("SGD", cuda::sgd_update_many(std::exchange(on_gpu, {}), lr, weight_decay, momentum, gate));
+      on_gpu.push_back({p, g.contiguous(), momentum != 0 ? buf_[i] : Tensor(), first});
       if (momentum != 0) started_.data<double>()[i] = 1;
       continue;
     }
@@ -91,6 +94,7 @@ void SGD::step(const Tensor& gate) {
     });
     if (momentum != 0) started_.data<double>()[i] = 1;
   }
+  if (!on_gpu.empty()) TCN_CUDA_OP("SGD", cuda::sgd_update_many(on_gpu, lr, weight_decay, momentum, gate));
 }
 
 NamedTensors SGD::state() const {
@@ -163,6 +167,23 @@ NamedTensors Adam::state() const {
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   TCN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   autograd::NoGrad ng;
+  // On a GPU, when the gradients allow it (contiguous, one dtype and device):
+  // a few multi-tensor launches instead of four per gradient.
+  std::vector<Tensor> grads;
+  bool fused = true;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const Tensor& first = grads.empty() ? g : grads.front();
+    fused = fused && g.device().is_cuda() && g.is_contiguous() && g.dtype() == first.dtype() &&
+            g.device() == first.device();
+    grads.push_back(g);
+  }
+  if (fused && !grads.empty()) {
+    Tensor norm = empty({}, grads.front().options());
+    TCN_CUDA_OP("clip_grad_norm", cuda::clip_grad_norm(grads, max_norm, norm));
+    return norm;
+  }
   Tensor sq;
   for (const Tensor& p : params) {
     Tensor g = p.grad();

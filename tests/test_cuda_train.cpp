@@ -201,6 +201,40 @@ TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, 
   }
 }
 
+TEST_CASE("CUDA vs CPU: clipping and SGD over 70 parameters (three multi-tensor groups), some without a gradient" *
+          doctest::skip(!cuda::is_available())) {
+  for (double momentum : {0.0, 0.9}) {
+    INFO("momentum ", momentum);
+    std::vector<Tensor> pc, pg;
+    for (int i = 0; i < 70; ++i) {
+      Tensor t = rand_tensor({1 + i % 7, 1 + i % 3}, 300 + i, false, -1, 1, DType::F32);
+      pc.push_back(clone(t).requires_grad_());
+      pg.push_back(t.to(kCuda).requires_grad_());
+    }
+    nn::SGD oc(pc, 0.2, momentum, 0.01), og(pg, 0.2, momentum, 0.01);
+    for (int step = 0; step < 3; ++step) {
+      INFO("step ", step);
+      double norms[2];
+      for (int side = 0; side < 2; ++side) {
+        std::vector<Tensor>& p = side == 0 ? pc : pg;
+        nn::SGD& opt = side == 0 ? oc : og;
+        opt.zero_grad();
+        Tensor loss;
+        for (size_t i = 0; i < p.size(); ++i) {
+          if (i % 11 == 5) continue;  // no gradient: skipped by both
+          Tensor term = sum(mul(p[i], p[i]));
+          loss = loss.defined() ? add(loss, term) : term;
+        }
+        loss.backward();
+        norms[side] = nn::clip_grad_norm_(p, 1.0).item();
+        opt.step();
+      }
+      CHECK(norms[1] == doctest::Approx(norms[0]).epsilon(1e-5));
+      check_params_close(pg, pc, 1e-6, 1e-5, "parameter");
+    }
+  }
+}
+
 TEST_CASE("CUDA vs CPU: weight-normed Conv1d and Linear, forward and backward" * doctest::skip(!cuda::is_available())) {
   for (DType dt : {DType::F32, DType::F64}) {
     const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
