@@ -12,8 +12,14 @@
 // runs with the scope's precision (the tape restores it), so the gradient GEMMs
 // are bf16 too, wherever backward() is called.
 //
-// Today the rule applies to float32 CPU tensors; CUDA tensors keep float32
-// (their GEMMs use TF32 where enabled) until the CUDA backend has bf16 kernels.
+// Today the bf16 rule applies to float32 CPU tensors; CUDA tensors keep
+// float32 until the CUDA backend has bf16 kernels.
+//
+// TF32 is the GPU's own reduced precision: float32 tensors throughout, and the
+// GEMMs of CUDA tensors on tensor cores, which round their inputs to 10
+// mantissa bits and accumulate in float32 (cuBLAS's TF32 math mode; the
+// emulated device rounds the inputs the same way). CPU tensors are unaffected
+// (there is no TF32 on a CPU); the trainer refuses --precision tf32 on a CPU.
 #pragma once
 
 #include <string>
@@ -22,10 +28,10 @@
 
 namespace tcn {
 
-enum class Precision { FP32, BF16 };
+enum class Precision { FP32, TF32, BF16 };
 
 Precision autocast_precision();
-Precision parse_precision(const std::string& name);  // "fp32" | "bf16"
+Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16"
 const char* precision_name(Precision p);
 
 class Autocast {
@@ -41,5 +47,7 @@ class Autocast {
 
 // True when a GEMM-class op with this (float32, CPU) operand computes in bf16 here.
 bool autocast_bf16(const Tensor& operand);
+// True when GEMMs on CUDA tensors use TF32 tensor cores here.
+bool autocast_tf32();
 
 }  // namespace tcn

@@ -2,6 +2,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/autocast.h"
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
 #include "cuda/runtime.h"
@@ -57,8 +58,10 @@ cudaStream_t stream(int device) { return state(device).stream; }
 
 cublasHandle_t cublas(int device) {
   cublasHandle_t h = state(device).cublas;
-  // Strict FP32 unless TF32 was asked for (PyTorch's default for matmul is also strict).
-  CUBLAS_CHECK(cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // Strict FP32 unless TF32 was asked for, globally or by the autocast scope
+  // (--precision tf32). PyTorch's default for matmul is also strict.
+  const bool tf32 = allow_tf32() || autocast_tf32();
+  CUBLAS_CHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
 

@@ -2,7 +2,6 @@
 // LSTM cell. Each mirrors its CPU kernel in ops/ (same layouts, same math) so
 // the CPU is its oracle (tests/test_cuda_ops.cpp).
 #include <thrust/sequence.h>
-#include <thrust/sort.h>
 
 #include "core/philox.h"
 #include "cuda/context.cuh"
@@ -115,14 +114,9 @@ __global__ void ce_rows_kernel(double* lse, double* row_loss, const T* x, const 
   __syncthreads();
   double acc = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) acc += ::exp(static_cast<double>(row[v]) - m);
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
+  const double total = block_sum(acc, sh);
   if (threadIdx.x == 0) {
-    lse[r] = m + ::log(sh[0]);
+    lse[r] = m + ::log(total);
     const int64_t t = tg[r];  // out of range: reported by the target check; NaN here, no read
     row_loss[r] = t >= 0 && t < V ? lse[r] - static_cast<double>(row[t]) : NAN;
   }
@@ -135,13 +129,8 @@ __global__ void ce_mean_kernel(T* loss, const double* row_loss, int64_t N) {
   __shared__ double sh[256];
   double acc = 0;
   for (int64_t r = threadIdx.x; r < N; r += blockDim.x) acc += row_loss[r];
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *loss = static_cast<T>(sh[0] / static_cast<double>(N));
+  const double total = block_sum(acc, sh);
+  if (threadIdx.x == 0) *loss = static_cast<T>(total / static_cast<double>(N));
 }
 
 template <class T>
@@ -272,7 +261,7 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   int64_t* kp = static_cast<int64_t*>(keys.raw_data());
   int64_t* pp = static_cast<int64_t*>(pos.raw_data());
   thrust::sequence(thrust_on(s), pp, pp + n);
-  thrust::stable_sort_by_key(thrust_on(s), kp, kp + n, pp);
+  stable_sort_by_key(s, kp, pp, n);
   dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n * D, 256), 256, 0, s, segment_sum_kernel<T>)(static_cast<T*>(out.raw_data()),
                                                                 static_cast<const T*>(src.raw_data()),

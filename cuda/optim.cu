@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/context.cuh"
+#include "cuda/device.cuh"
 #include "cuda/kernels.h"
 #include "ops/ops.h"
 
@@ -88,13 +89,8 @@ __global__ void sum_squares_kernel(double* partial, Many<const T> m) {
     const double x = static_cast<double>(m.p[i][k]);
     acc += x * x;
   }
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+  const double block_total = block_sum(acc, sh);
+  if (threadIdx.x == 0) partial[blockIdx.x] = block_total;
 }
 
 // norm = sqrt(sum of the partials of all launches); coef = min(1, max_norm / (norm + 1e-6)), as PyTorch.
@@ -103,14 +99,9 @@ __global__ void clip_coef_kernel(T* norm, T* coef, const double* partial, int n,
   __shared__ double sh[kNormThreads];
   double acc = 0;
   for (int k = threadIdx.x; k < n; k += blockDim.x) acc += partial[k];
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
+  const double total = block_sum(acc, sh);
   if (threadIdx.x == 0) {
-    const double nrm = ::sqrt(sh[0]);
+    const double nrm = ::sqrt(total);
     const double c = max_norm / (nrm + 1e-6);
     *norm = static_cast<T>(nrm);
     *coef = static_cast<T>(c < 1.0 ? c : 1.0);

@@ -4,6 +4,7 @@
 // block per output, its threads striding over the reduced elements, then a
 // shared-memory tree.
 #include "cuda/context.cuh"
+#include "cuda/device.cuh"
 #include "cuda/kernels.h"
 
 namespace tcn::cuda {
@@ -46,13 +47,8 @@ __global__ void sum_block_kernel(T* out, const T* in, ReduceGeometry g, int64_t 
   const T* base = in + offset_of(o, g.kept_rank, g.kept_sizes, g.kept_strides);
   double acc = 0;
   for (int64_t r = threadIdx.x; r < n_red; r += kBlock) acc += base[offset_of(r, g.red_rank, g.red_sizes, g.red_strides)];
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = kBlock / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[o] = static_cast<T>(sh[0]);
+  const double total = block_sum(acc, sh);  // launched with kBlock threads
+  if (threadIdx.x == 0) out[o] = static_cast<T>(total);
 }
 
 // One thread per output: the first index of the largest value along the dim.

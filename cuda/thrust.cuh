@@ -1,5 +1,6 @@
-// Thrust on tcn's streams. Under nvcc, the CUDA backend on the given stream
-// (thrust::cuda::par synchronises the stream after each algorithm). On the
+// Thrust on tcn's streams, and the one sort tcn needs. Under nvcc, the CUDA
+// backend on the given stream (thrust::cuda::par synchronises the stream after
+// each algorithm). On the
 // emulated device, Thrust's host (CPP) backend, which runs at once on the
 // calling thread: the stream's queued work must run first, so this waits for
 // the stream (a host sync, counted as one, and refused during stream capture,
@@ -7,6 +8,12 @@
 #pragma once
 
 #include <thrust/execution_policy.h>
+#include <thrust/sort.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "cuda/common.h"
 
@@ -20,5 +27,23 @@ inline auto thrust_on(cudaStream_t s) {
   return thrust::cpp::par;
 }
 #endif
+
+// keys[0, n) sorted stably on stream s, vals moved along with them. On a GPU,
+// Thrust's (it synchronises the stream). On the emulated device, std's on the
+// host after waiting for the stream (device memory is host memory there):
+// Thrust's host-backend sorts bind a reference to a null policy pointer in
+// their temporary storage (thrust/detail/reference.h:330, undefined behaviour
+// that UBSan stops on), and the emulator is not where Thrust's sort is tested.
+inline void stable_sort_by_key(cudaStream_t s, int64_t* keys, int64_t* vals, int64_t n) {
+#if defined(__CUDACC__)
+  thrust::stable_sort_by_key(thrust_on(s), keys, keys + n, vals);
+#else
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<std::pair<int64_t, int64_t>> kv(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) kv[static_cast<size_t>(i)] = {keys[i], vals[i]};
+  std::stable_sort(kv.begin(), kv.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (int64_t i = 0; i < n; ++i) std::tie(keys[i], vals[i]) = kv[static_cast<size_t>(i)];
+#endif
+}
 
 }  // namespace tcn::cuda

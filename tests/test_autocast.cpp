@@ -57,7 +57,7 @@ TEST_SUITE("autocast") {
 TEST_CASE("precision names and scopes") {
   CHECK(parse_precision("fp32") == Precision::FP32);
   CHECK(parse_precision("bf16") == Precision::BF16);
-  CHECK_ERROR(parse_precision("fp16"), "unknown precision 'fp16': expected fp32 or bf16");
+  CHECK_ERROR(parse_precision("fp16"), "unknown precision 'fp16': expected fp32, tf32 or bf16");
   CHECK(autocast_precision() == Precision::FP32);
   {
     Autocast a(Precision::BF16);

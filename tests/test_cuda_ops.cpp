@@ -2,6 +2,7 @@
 // inputs (ggml's test-backend-ops idea). Skipped, and reported as skipped,
 // when no GPU is usable. Tolerances: float64 relative 1e-12 (1e-10 for sums
 // and products, whose order differs), float32 relative 1e-5 (1e-4 for GEMM).
+#include "core/autocast.h"
 #include "cuda/kernels.h"
 #include "cuda_compare.h"
 #include "helpers.h"
@@ -264,6 +265,30 @@ TEST_CASE("CUDA index and target checks run on the device and are raised at the 
   (void)cross_entropy(logits, bad_target);
   CHECK_ERROR(cuda::synchronize(), "gather_rows: index 9 at position 0");
   cuda::synchronize();  // nothing pending any more
+}
+
+TEST_CASE("CUDA GEMMs under --precision tf32 run in TF32 (inputs to 10 mantissa bits), close to fp32, and only there" *
+          doctest::skip(kNoGpu)) {
+  const Device gpu = Device::cuda(0);
+  Tensor a = rand_tensor({33, 70}, 80, false, -1, 1, DType::F32), b = rand_tensor({70, 45}, 81, false, -1, 1, DType::F32);
+  Tensor x = rand_tensor({2, 30, 70}, 82, false, -1, 1, DType::F32), w = rand_tensor({20, 70, 3}, 83, false, -1, 1, DType::F32);
+  const Tensor strict_mm = mm(a.to(gpu), b.to(gpu)).to(Device::cpu());
+  const Tensor strict_conv = conv1d(x.to(gpu), w.to(gpu), Tensor(), 2, 4).to(Device::cpu());
+  Tensor tf32_mm, tf32_conv, cpu_mm;
+  {
+    Autocast scope(Precision::TF32);
+    tf32_mm = mm(a.to(gpu), b.to(gpu)).to(Device::cpu());
+    tf32_conv = conv1d(x.to(gpu), w.to(gpu), Tensor(), 2, 4).to(Device::cpu());
+    cpu_mm = mm(a, b);  // CPU tensors: no TF32 on a CPU, plain fp32
+  }
+  // TF32 keeps 10 of float32's 23 mantissa bits: about 1e-3 relative per product.
+  CHECK_CLOSE(tf32_mm, mm(a, b), 1e-2, 1e-2);
+  CHECK_CLOSE(tf32_conv, conv1d(x, w, Tensor(), 2, 4), 1e-2, 1e-2);
+  CHECK(tf32_mm.to_vector<float>() != strict_mm.to_vector<float>());  // it did take effect
+  CHECK(tf32_conv.to_vector<float>() != strict_conv.to_vector<float>());
+  CHECK(cpu_mm.to_vector<float>() == mm(a, b).to_vector<float>());
+  // Back in fp32 after the scope.
+  CHECK(mm(a.to(gpu), b.to(gpu)).to(Device::cpu()).to_vector<float>() == strict_mm.to_vector<float>());
 }
 
 TEST_CASE("CUDA vs CPU: LSTM layer at the reference size (B 32, H 700)" * doctest::skip(kNoGpu)) {

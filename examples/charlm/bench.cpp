@@ -159,8 +159,9 @@ int run_bench(const BenchOptions& o, const char*) {
   std::fflush(stdout);
   TCN_CHECK(o.cpu_gemm == "both" || o.cpu_gemm == "onednn" || o.cpu_gemm == "openblas", "--cpu_gemm ", o.cpu_gemm,
             ": expected both, onednn or openblas");
-  TCN_CHECK(o.precision == "both" || o.precision == "fp32" || o.precision == "bf16", "--precision ", o.precision,
-            ": expected both, fp32 or bf16");
+  TCN_CHECK(o.precision == "both" || o.precision == "fp32" || o.precision == "bf16" || o.precision == "tf32",
+            "--precision ", o.precision, ": expected both, fp32, tf32 or bf16");
+  if (o.precision != "both") (void)precision_for(o.precision, dev);  // tf32 needs CUDA
   TCN_CHECK(o.cpu_gemm != "onednn" || cpu::onednn_available(), "--cpu_gemm onednn: this build has no oneDNN");
   // Our configurations: (precision, CPU GEMM library). bf16 runs on oneDNN only
   // (without it the bf16 GEMMs are widened to fp32: no point timing them twice).
@@ -171,13 +172,18 @@ int run_bench(const BenchOptions& o, const char*) {
   std::vector<Config> configs;
   const bool dnnl = cpu::onednn_available() && o.cpu_gemm != "openblas";
   const bool blas = o.cpu_gemm != "onednn" || !cpu::onednn_available();
-  if (o.precision != "bf16") {
+  if (o.precision == "fp32" || o.precision == "both") {
     if (dnnl) configs.push_back({Precision::FP32, cpu::GemmLibrary::OneDNN});
     if (blas) configs.push_back({Precision::FP32, cpu::GemmLibrary::OpenBLAS});
   }
-  if (o.precision != "fp32" && !dev.is_cuda())
+  if ((o.precision == "bf16" || o.precision == "both") && !dev.is_cuda())
     configs.push_back({Precision::BF16, dnnl ? cpu::GemmLibrary::OneDNN : cpu::GemmLibrary::OpenBLAS});
-  if (dev.is_cuda()) configs = {{Precision::FP32, cpu::gemm_library()}};  // the CPU GEMM library plays no part
+  if (dev.is_cuda()) {  // the CPU GEMM library plays no part; the GPU's reduced precision is TF32
+    configs.clear();
+    if (o.precision == "fp32" || o.precision == "both") configs.push_back({Precision::FP32, cpu::gemm_library()});
+    if (o.precision == "tf32" || o.precision == "both") configs.push_back({Precision::TF32, cpu::gemm_library()});
+    TCN_CHECK(!configs.empty(), "--precision bf16 runs on the CPU only so far; on CUDA use fp32 or tf32");
+  }
   // PyTorch's rows: the published locuslab formulation and the fastest faithful
   // one (tools/bench_torch.py --variant lean), fp32, and the lean one in bf16 autocast.
   struct TorchConfig {

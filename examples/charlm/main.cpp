@@ -60,9 +60,11 @@ int main(int argc, char** argv) {
   train->add_option("--emb_dropout", t.emb_dropout, "dropout on the embedding, in [0, 1)")->capture_default_str();
   train->add_option("--lr", t.lr, "initial learning rate, in (0, 1e30]")->capture_default_str();
   train->add_option("--optim", t.optim, "SGD or Adam")->capture_default_str()->check(CLI::IsMember({"SGD", "Adam"}));
-  train->add_option("--precision", t.precision, "fp32, or bf16: bf16 GEMM operands with fp32 accumulation, fp32 weights and optimizer")
+  train->add_option("--precision", t.precision,
+                    "fp32; bf16 (CPU): bf16 GEMM operands with fp32 accumulation, fp32 weights and optimizer; "
+                    "tf32 (CUDA): TF32 tensor-core GEMMs")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   train->add_option("--clip", t.clip, "gradient clipping norm, in [0, 1e6] (0: off)")->capture_default_str();
   train->add_option("--epochs", t.epochs, "epochs, in [1, 1000000]")->capture_default_str();
   train->add_option("--max_steps", t.max_steps, "stop after this many steps, in [0, 1e12] (0: no limit)")->capture_default_str();
@@ -94,7 +96,9 @@ int main(int argc, char** argv) {
   eval->add_option("--batch_size", e.batch_size, "streams, in [1, 100000]")->capture_default_str();
   eval->add_option("--max_batches", e.max_batches, "at most this many windows, in [0, 1e12] (0: all)")->capture_default_str();
   eval->add_option("--device", e.device)->capture_default_str();
-  eval->add_option("--precision", e.precision, "fp32 or bf16")->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
+  eval->add_option("--precision", e.precision, "fp32, tf32 (CUDA) or bf16 (CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   eval->add_option("--threads", e.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
 
   GenerateOptions g;
@@ -117,9 +121,10 @@ int main(int argc, char** argv) {
   bench->add_option("--batch_size", b.batch_size, "streams, in [1, 100000]")->capture_default_str();
   bench->add_option("--seq_len", b.seq_len, "window length, in [1, 1000000]")->capture_default_str();
   bench->add_option("--validseqlen", b.validseqlen, "scored positions, in [1, --seq_len]")->capture_default_str();
-  bench->add_option("--precision", b.precision, "fp32, bf16 or both: our steps in each (a row each)")
+  bench->add_option("--precision", b.precision,
+                    "fp32, bf16 (CPU), tf32 (CUDA) or both (fp32 and the device's reduced precision): a row each")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16", "both"}));
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "both"}));
   bench->add_option("--cpu_gemm", b.cpu_gemm, "CPU GEMMs for our steps: both (a row each), onednn or openblas")
       ->capture_default_str()
       ->check(CLI::IsMember({"both", "onednn", "openblas"}));

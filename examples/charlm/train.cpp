@@ -329,7 +329,15 @@ class StopSignals {
 
 }  // namespace
 
+Precision precision_for(const std::string& name, const Device& device) {
+  const Precision p = parse_precision(name);
+  TCN_CHECK(p != Precision::TF32 || device.is_cuda(), "--precision tf32 is a GPU precision (tensor cores) and ",
+            device.str(), " has none; use fp32, or bf16 for mixed precision on the CPU");
+  return p;
+}
+
 std::string precision_note(const std::string& precision, const Device& device) {
+  if (precision == "tf32") return " (TF32 tensor-core GEMMs: inputs rounded to 10 mantissa bits, fp32 accumulation)";
   if (precision != "bf16") return "";
   if (device.is_cuda()) return " (bf16 applies to CPU tensors only; this CUDA run computes in fp32/TF32)";
   if (!cpu::onednn_available()) return " (no oneDNN in this build: bf16 GEMMs are widened to fp32, no speedup)";
@@ -358,7 +366,7 @@ int run_train(TrainOptions o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = resolve_device(o.device);
   // Mixed precision for the whole run, training and evaluation (core/autocast.h).
-  const Autocast precision(parse_precision(o.precision));
+  const Autocast precision(precision_for(o.precision, device));
   if (!o.save.empty()) {
     for (const std::string& p : {o.save, last_path(o.save)}) {
       check_output_path("--save", p);
@@ -625,14 +633,15 @@ int run_eval(const EvalOptions& o) {
   TCN_CHECK(o.split == "valid" || o.split == "test" || o.split == "train", "--split ", o.split,
             ": expected train, valid or test");
   if (o.threads > 0) set_num_threads(o.threads);
-  const Autocast precision(parse_precision(o.precision));
+  const Device device = resolve_device(o.device);
+  const Autocast precision(precision_for(o.precision, device));
   check_regular_input(o.checkpoint, "--checkpoint");
   nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
   Vocab vocab = Vocab::from_chars(m.vocab);
   const std::string file = o.data + "/ptb." + o.split + ".txt";
   const std::string text = read_data_file(file);
   Tensor source = batchify(vocab.encode(text, file), o.batch_size, o.seq_len, file);
-  m.model->to(resolve_device(o.device));
+  m.model->to(device);
   auto t0 = Clock::now();
   double loss = evaluate(*m.model, source, o.seq_len, o.validseqlen, o.max_batches);
   std::printf("%s %s: loss %.4f | bpc %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss, loss / kLn2,

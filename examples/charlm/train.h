@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/autocast.h"
 #include "nn/models.h"
 
 namespace charlm {
@@ -52,8 +53,10 @@ int run_eval(const EvalOptions& opts);
 double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_len, int64_t validseqlen,
                 int64_t max_batches = 0);
 
-// "" for fp32; for bf16, what the run's bf16 means on this device and build.
+// "" for fp32; for bf16 and tf32, what they mean on this device and build.
 std::string precision_note(const std::string& precision, const tcn::Device& device);
+// --precision parsed for a run on `device` (tf32 only on CUDA).
+tcn::Precision precision_for(const std::string& name, const tcn::Device& device);
 
 // "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
 tcn::Device resolve_device(const std::string& name);
