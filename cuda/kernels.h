@@ -72,6 +72,12 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 // dlogits [N, V] = scale * (softmax - onehot), scale = dloss / N read on the device.
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
                             const Tensor& targets);
+// Weight norm per row of v (R rows, contiguous, g [R] contiguous): w = g v / ||v||,
+// norm (float64 [R]) kept for backward; backward writes dv and/or dg (either
+// may be undefined) from dw. One block per row each way (ops/weight_norm.cpp).
+void weight_norm_forward(const Tensor& w, const Tensor& norm, const Tensor& v, const Tensor& g);
+void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, const Tensor& v, const Tensor& g,
+                          const Tensor& norm);
 // y = x * keep * scale with keep from the Philox stream (seed, start) as on the
 // CPU (ops/dropout.cpp); with relu, y = relu(x) * keep * scale. x contiguous.
 void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, bool relu);

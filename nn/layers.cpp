@@ -19,12 +19,6 @@ Tensor norm_except_dim0(const Tensor& v) {
   return sqrt(sum(mul(v, v), dims, true));
 }
 
-Tensor weight_norm(const Tensor& v, const Tensor& g) {
-  TCN_CHECK(g.dim() == v.dim() && g.size(0) == v.size(0) && g.numel() == v.size(0), "weight_norm: g ", g.shape(),
-            " must be [", v.size(0), ", 1, ...] for v ", v.shape());
-  return mul(v, div(g, norm_except_dim0(v)));
-}
-
 // ---- Embedding ----------------------------------------------------------------
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) {
   TCN_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, " x ", dim);

@@ -8,10 +8,8 @@
 
 namespace tcn::nn {
 
-// PyTorch's weight_norm over dim 0: w = g * v / ||v||, the norm taken over all
-// dims but the first, per output channel. Composed from ops, so its gradients
-// for g and v come from the tape.
-Tensor weight_norm(const Tensor& v, const Tensor& g);
+// PyTorch's weight_norm over dim 0 is tcn::weight_norm (ops/weight_norm.cpp):
+// w = g * v / ||v||, the norm over all dims but the first, per output channel.
 // The g that makes weight_norm(v, g) == v: ||v|| per output channel, keepdim.
 Tensor norm_except_dim0(const Tensor& v);
 

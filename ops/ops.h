@@ -88,6 +88,9 @@ TensorList unbind(const Tensor& x, int64_t dim);
 // -> [B, T, Cout]; output t reads inputs t + j*dilation - left_pad, zeros outside.
 // left_pad = (K-1)*dilation is a causal conv (PyTorch's padded conv + chomp). (ops/conv1d.cpp)
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t dilation, int64_t left_pad);
+// w = g * v / ||v||, the norm per row of v (over every dim but the first), g
+// [rows, 1, ...]: PyTorch's weight_norm with dim 0, one fused op. (ops/weight_norm.cpp)
+Tensor weight_norm(const Tensor& v, const Tensor& g);
 // Mean over positions of -log softmax(logits)[target]; logits [..., V], targets int64 [...]. (ops/cross_entropy.cpp)
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // Inverted dropout with a Philox mask (stored on the CPU, regenerated in backward on a GPU); p = 0 returns x. (ops/dropout.cpp)

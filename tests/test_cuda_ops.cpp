@@ -68,6 +68,10 @@ TEST_CASE("CUDA vs CPU: layer primitives" * doctest::skip(kNoGpu)) {
     Tensor bias = rand_tensor({6}, 9, false, -1, 1, dt);
     compare([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 2, 4); }, {x, w, bias}, rtol);
     compare([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 1, 1); }, {x, w, bias}, rtol);
+    compare([](const TensorList& v) { return weight_norm(v[0], v[1]); },
+            {rand_tensor({6, 5, 3}, 18, false, -1, 1, dt), rand_tensor({6, 1, 1}, 19, false, 0.5, 2, dt)}, rtol);
+    compare([](const TensorList& v) { return weight_norm(v[0], v[1]); },  // rows longer than a block
+            {rand_tensor({3, 700}, 20, true, -1, 1, dt), rand_tensor({3, 1}, 21, false, 0.5, 2, dt)}, rtol);
     Tensor table = rand_tensor({7, 4}, 10, false, -1, 1, dt);
     Tensor idx = from_vector<int64_t>({6, 0, 6, 2, 6, 1}, {2, 3});
     compare([idx](const TensorList& v) { return gather_rows(v[0], idx.to(v[0].device())); }, {table}, rtol);

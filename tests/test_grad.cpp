@@ -219,6 +219,27 @@ TEST_CASE("lstm_layer equals the lstm_cell loop (its oracle), values and gradien
       {xp, whh, h0, c0});
 }
 
+TEST_CASE("weight_norm equals its composition from ops (its oracle), values and gradients; gradcheck") {
+  Tensor v = leaf(rand_tensor({5, 3, 2}, 47)), g = leaf(rand_tensor({5, 1, 1}, 48, false, 0.5, 2.0));
+  Tensor w = rand_tensor({5, 3, 2}, 49);
+  auto composed = [](const Tensor& v, const Tensor& g) {
+    return mul(v, div(g, sqrt(sum(mul(v, v), {1, 2}, true))));
+  };
+  Tensor fused = weight_norm(v, g);
+  CHECK_CLOSE(fused, composed(v, g), 1e-14, 1e-12);
+  sum(mul(fused, w)).backward();
+  TensorList fused_grads = {v.grad(), g.grad()};
+  v.zero_grad();
+  g.zero_grad();
+  sum(mul(composed(v, g), w)).backward();
+  CHECK_CLOSE(fused_grads[0], v.grad(), 1e-14, 1e-12);
+  CHECK_CLOSE(fused_grads[1], g.grad(), 1e-14, 1e-12);
+  check_gradients([](const TensorList& x) { return weight_norm(x[0], x[1]); }, {v, g});
+  check_gradients([](const TensorList& x) { return weight_norm(x[0], x[1]); },
+                  {leaf(rand_tensor({4, 6}, 50, true)), leaf(rand_tensor({4, 1}, 51, false, 0.5, 2.0))});  // a view
+  CHECK_ERROR(weight_norm(v, rand_tensor({5}, 52)), "weight_norm: g [5] must be [5, 1, ...] for v [5, 3, 2]");
+}
+
 TEST_CASE("lstm_cell, both outputs") {
   Tensor gates = leaf(rand_tensor({3, 8}, 37, false, -2, 2));
   Tensor c = leaf(rand_tensor({3, 2}, 38));
