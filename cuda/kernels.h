@@ -93,16 +93,21 @@ void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, c
 // Optimizer updates as the CPU loops of nn/optim.cpp, parameters contiguous (as
 // g, buf, m, v). gate: undefined, or a float64 scalar on the device that turns
 // the update off when 0 (read by the kernel: no host wait). SGD: many
-// parameters in one launch per 32 (one dtype, one device).
+// parameters (one dtype, one device) in one launch per 32.
 struct SgdParam {
   Tensor p, g, buf;  // buf undefined without momentum
   bool first;        // the buffer's first step (buf = d)
 };
 void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weight_decay, double momentum,
                      const Tensor& gate);
-// step_count: float64 scalar on the device, the steps taken so far; advanced by one unless the gate is closed.
-void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& step_count,
-                 double lr, double beta1, double beta2, double eps, double weight_decay, const Tensor& gate);
+// Adam likewise, two launches per 32 parameters. step_count: a float64 scalar
+// on the device per parameter, the steps it has taken; advanced by one unless
+// the gate is closed (so the kernels compute the bias corrections).
+struct AdamParam {
+  Tensor p, g, m, v, step_count;
+};
+void adam_update_many(const std::vector<AdamParam>& params, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, const Tensor& gate);
 // Global-norm clipping of many gradients in a few launches (one sum-of-squares
 // pass per 32 tensors, one reduction, one scaling pass per 32): the squares
 // summed in float64 in a fixed order (deterministic), norm (a scalar of the

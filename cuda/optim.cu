@@ -19,29 +19,6 @@ namespace {
 // gate: null (always update) or a float64 scalar on the device; 0 turns the update off.
 __device__ __forceinline__ bool gate_closed(const double* gate) { return gate != nullptr && *gate == 0.0; }
 
-// Adam with bias correction; the step count t (float64, on the device) is the
-// one this update makes: *steps + 1 (the count is advanced after, by
-// count_step_kernel, once every thread has read it).
-template <class T>
-__global__ void adam_kernel(T* p, const T* g, T* m, T* v, const double* steps, int64_t n, double lr, double beta1,
-                            double beta2, T eps, T wd, const double* gate) {
-  if (gate_closed(gate)) return;
-  const double t = *steps + 1;
-  const double step_size = lr / (1 - ::pow(beta1, t)), sqrt_bc2 = ::sqrt(1 - ::pow(beta2, t));
-  const T b1 = T(beta1), b2 = T(beta2), c1 = T(1 - beta1), c2 = T(1 - beta2);
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
-    const T d = g[k] + wd * p[k];
-    m[k] = b1 * m[k] + c1 * d;
-    v[k] = b2 * v[k] + c2 * (d * d);
-    const T denom = ::sqrt(v[k]) / T(sqrt_bc2) + eps;
-    p[k] -= T(step_size) * m[k] / denom;
-  }
-}
-
-__global__ void count_step_kernel(double* steps, const double* gate) {
-  if (!gate_closed(gate)) *steps += 1;
-}
-
 // w = [ok, first bad step, its loss, sum of finite losses]: while ok, a finite
 // loss is added to the sum; the first non-finite one clears ok for good.
 template <class T>
@@ -148,6 +125,49 @@ __global__ void sgd_many_kernel(SgdMany<T> m, T lr, T wd, T mom, const double* g
   }
 }
 
+// Adam over many parameters, with bias correction from each parameter's step
+// count t (float64, on the device): this update's t is *steps + 1, and
+// count_steps_kernel advances the counts after (once every thread has read them).
+template <class T>
+struct AdamMany {
+  T* p[kMany];
+  const T* g[kMany];
+  T* m[kMany];
+  T* v[kMany];
+  double* steps[kMany];
+  int64_t end[kMany];
+  int n;
+};
+template <class T>
+__global__ void adam_many_kernel(AdamMany<T> a, double lr, double beta1, double beta2, T eps, T wd, const double* gate) {
+  if (gate_closed(gate)) return;
+  const T b1 = T(beta1), b2 = T(beta2), c1 = T(1 - beta1), c2 = T(1 - beta2);
+  const int64_t total = a.end[a.n - 1];
+  int i = 0, corrected = -1;  // the tensor whose bias corrections are in step_size, sqrt_bc2
+  double step_size = 0, sqrt_bc2 = 1;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    while (e >= a.end[i]) ++i;
+    if (i != corrected) {
+      const double t = *a.steps[i] + 1;
+      step_size = lr / (1 - ::pow(beta1, t));
+      sqrt_bc2 = ::sqrt(1 - ::pow(beta2, t));
+      corrected = i;
+    }
+    const int64_t k = e - (i > 0 ? a.end[i - 1] : 0);
+    T *p = a.p[i], *m = a.m[i], *v = a.v[i];
+    const T d = a.g[i][k] + wd * p[k];
+    m[k] = b1 * m[k] + c1 * d;
+    v[k] = b2 * v[k] + c2 * (d * d);
+    const T denom = ::sqrt(v[k]) / T(sqrt_bc2) + eps;
+    p[k] -= T(step_size) * m[k] / denom;
+  }
+}
+
+template <class T>
+__global__ void count_steps_kernel(AdamMany<T> a, const double* gate) {
+  if (!gate_closed(gate) && static_cast<int>(threadIdx.x) < a.n) *a.steps[threadIdx.x] += 1;
+}
+
 // Calls f(many) for consecutive groups of at most kMany tensors.
 template <class T, class F>
 void for_groups(const std::vector<Tensor>& ts, F f) {
@@ -193,18 +213,31 @@ void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weig
   CUDA_CHECK(cudaGetLastError());
 }
 
-void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& step_count,
-                 double lr, double beta1, double beta2, double eps, double weight_decay, const Tensor& gate) {
-  const int64_t n = p.numel();
-  cudaStream_t s = stream(p.device().index);
-  if (n > 0)
-    dispatch_float(p.dtype(), "CUDA kernel", [&]<class T>() {
-      TCN_LAUNCH(grid_for(n, 256), 256, 0, s, adam_kernel<T>)(
-          static_cast<T*>(p.raw_data()), static_cast<const T*>(g.raw_data()), static_cast<T*>(m.raw_data()),
-          static_cast<T*>(v.raw_data()), static_cast<const double*>(step_count.raw_data()), n, lr, beta1, beta2, T(eps),
-          T(weight_decay), gate_ptr(gate));
-    });
-  TCN_LAUNCH(1, 1, 0, s, count_step_kernel)(static_cast<double*>(step_count.raw_data()), gate_ptr(gate));
+void adam_update_many(const std::vector<AdamParam>& params, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, const Tensor& gate) {
+  if (params.empty()) return;
+  const Tensor& p0 = params.front().p;
+  cudaStream_t s = stream(p0.device().index);
+  dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
+    for (size_t g0 = 0; g0 < params.size(); g0 += kMany) {
+      AdamMany<T> a{};
+      int64_t total = 0;
+      for (size_t k = g0; k < params.size() && k < g0 + kMany; ++k) {
+        const AdamParam& q = params[k];
+        a.p[a.n] = static_cast<T*>(q.p.raw_data());
+        a.g[a.n] = static_cast<const T*>(q.g.raw_data());
+        a.m[a.n] = static_cast<T*>(q.m.raw_data());
+        a.v[a.n] = static_cast<T*>(q.v.raw_data());
+        a.steps[a.n] = static_cast<double*>(q.step_count.raw_data());
+        total += q.p.numel();
+        a.end[a.n++] = total;
+      }
+      if (total > 0)
+        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, adam_many_kernel<T>)(a, lr, beta1, beta2, T(eps), T(weight_decay),
+                                                                         gate_ptr(gate));
+      TCN_LAUNCH(1, kMany, 0, s, count_steps_kernel<T>)(a, gate_ptr(gate));
+    }
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -122,13 +122,15 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
 
 void Adam::step(const Tensor& gate) {
   autograd::NoGrad ng;
+  std::vector<cuda::AdamParam> on_gpu;  // updated together below (one device: checked at construction)
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined() || gate_closed_here(gate, p)) continue;
     if (p.device().is_cuda()) {  // the step count is on the device: the kernel computes the bias corrections
-      TCN_CUDA_OP("Adam", cuda::adam_update(p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1), lr, beta1, beta2,
-                                            eps, weight_decay, gate));
+      if (!on_gpu.empty() && on_gpu.front().p.dtype() != p.dtype())
+        TCN_CUDA_OP("Adam", cuda::adam_update_many(std::exchange(on_gpu, {}), lr, beta1, beta2, eps, weight_decay, gate));
+      on_gpu.push_back({p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1)});
       continue;
     }
     double& t = steps_.data<double>()[i];
@@ -151,6 +153,7 @@ void Adam::step(const Tensor& gate) {
       }
     });
   }
+  if (!on_gpu.empty()) TCN_CUDA_OP("Adam", cuda::adam_update_many(on_gpu, lr, beta1, beta2, eps, weight_decay, gate));
 }
 
 NamedTensors Adam::state() const {

@@ -201,23 +201,27 @@ TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, 
   }
 }
 
-TEST_CASE("CUDA vs CPU: clipping and SGD over 70 parameters (three multi-tensor groups), some without a gradient" *
+TEST_CASE("CUDA vs CPU: clipping, SGD and Adam over 70 parameters (three multi-tensor groups), some without a gradient" *
           doctest::skip(!cuda::is_available())) {
-  for (double momentum : {0.0, 0.9}) {
-    INFO("momentum ", momentum);
+  for (int variant = 0; variant < 3; ++variant) {  // SGD, SGD with momentum, Adam
+    INFO("variant ", variant);
     std::vector<Tensor> pc, pg;
     for (int i = 0; i < 70; ++i) {
       Tensor t = rand_tensor({1 + i % 7, 1 + i % 3}, 300 + i, false, -1, 1, DType::F32);
       pc.push_back(clone(t).requires_grad_());
       pg.push_back(t.to(kCuda).requires_grad_());
     }
-    nn::SGD oc(pc, 0.2, momentum, 0.01), og(pg, 0.2, momentum, 0.01);
+    auto make = [variant](std::vector<Tensor> p) -> std::unique_ptr<nn::Optimizer> {
+      if (variant == 2) return std::make_unique<nn::Adam>(p, 0.05, 0.9, 0.999, 1e-8, 0.01);
+      return std::make_unique<nn::SGD>(p, 0.2, variant == 1 ? 0.9 : 0.0, 0.01);
+    };
+    auto oc = make(pc), og = make(pg);
     for (int step = 0; step < 3; ++step) {
       INFO("step ", step);
       double norms[2];
       for (int side = 0; side < 2; ++side) {
         std::vector<Tensor>& p = side == 0 ? pc : pg;
-        nn::SGD& opt = side == 0 ? oc : og;
+        nn::Optimizer& opt = side == 0 ? *oc : *og;
         opt.zero_grad();
         Tensor loss;
         for (size_t i = 0; i < p.size(); ++i) {
@@ -231,6 +235,9 @@ TEST_CASE("CUDA vs CPU: clipping and SGD over 70 parameters (three multi-tensor 
       }
       CHECK(norms[1] == doctest::Approx(norms[0]).epsilon(1e-5));
       check_params_close(pg, pc, 1e-6, 1e-5, "parameter");
+      auto sc = oc->state(), sg = og->state();
+      REQUIRE(sc.size() == sg.size());
+      for (size_t k = 0; k < sc.size(); ++k) CHECK_CLOSE(sg[k].second.to(Device::cpu()), sc[k].second, 1e-6, 1e-5);
     }
   }
 }
