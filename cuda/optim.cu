@@ -168,19 +168,27 @@ __global__ void count_steps_kernel(AdamMany<T> a, const double* gate) {
   if (!gate_closed(gate) && static_cast<int>(threadIdx.x) < a.n) *a.steps[threadIdx.x] += 1;
 }
 
-// Calls f(many) for consecutive groups of at most kMany tensors.
-template <class T, class F>
-void for_groups(const std::vector<Tensor>& ts, F f) {
-  for (size_t g0 = 0; g0 < ts.size(); g0 += kMany) {
-    Many<T> m{};
+// Packs items into consecutive kernel-parameter structs of at most kMany
+// (set(m, item) fills slot m.n of m and returns the item's element count) and
+// calls f(m, total elements) for each struct that has any.
+template <class Pack, class Item, class Set, class F>
+void for_groups(const std::vector<Item>& items, Set set, F f) {
+  for (size_t g0 = 0; g0 < items.size(); g0 += kMany) {
+    Pack m{};
     int64_t total = 0;
-    for (size_t k = g0; k < ts.size() && k < g0 + kMany; ++k) {
-      m.p[m.n] = static_cast<T*>(ts[k].raw_data());
-      total += ts[k].numel();
+    for (size_t k = g0; k < items.size() && k < g0 + kMany; ++k) {
+      total += set(m, items[k]);
       m.end[m.n++] = total;
     }
-    if (total > 0) f(m, total);
+    f(m, total);
   }
+}
+
+// The Many<T> of plain tensors.
+template <class T>
+int64_t set_tensor(Many<T>& m, const Tensor& t) {
+  m.p[m.n] = static_cast<T*>(t.raw_data());
+  return t.numel();
 }
 
 const double* gate_ptr(const Tensor& gate) { return gate.defined() ? static_cast<const double*>(gate.raw_data()) : nullptr; }
@@ -193,22 +201,18 @@ void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weig
   const Tensor& p0 = params.front().p;
   cudaStream_t s = stream(p0.device().index);
   dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
-    for (size_t g0 = 0; g0 < params.size(); g0 += kMany) {
-      SgdMany<T> m{};
-      int64_t total = 0;
-      for (size_t k = g0; k < params.size() && k < g0 + kMany; ++k) {
-        const SgdParam& q = params[k];
-        m.p[m.n] = static_cast<T*>(q.p.raw_data());
-        m.g[m.n] = static_cast<const T*>(q.g.raw_data());
-        m.buf[m.n] = q.buf.defined() ? static_cast<T*>(q.buf.raw_data()) : nullptr;
-        m.first[m.n] = q.first;
-        total += q.p.numel();
-        m.end[m.n++] = total;
-      }
-      if (total == 0) continue;
-      TCN_LAUNCH(grid_for(total, 256), 256, 0, s, sgd_many_kernel<T>)(m, T(lr), T(weight_decay), T(momentum),
-                                                                      gate_ptr(gate));
-    }
+    auto set = [](SgdMany<T>& m, const SgdParam& q) {
+      m.p[m.n] = static_cast<T*>(q.p.raw_data());
+      m.g[m.n] = static_cast<const T*>(q.g.raw_data());
+      m.buf[m.n] = q.buf.defined() ? static_cast<T*>(q.buf.raw_data()) : nullptr;
+      m.first[m.n] = q.first;
+      return q.p.numel();
+    };
+    for_groups<SgdMany<T>>(params, set, [&](const SgdMany<T>& m, int64_t total) {
+      if (total > 0)
+        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, sgd_many_kernel<T>)(m, T(lr), T(weight_decay), T(momentum),
+                                                                        gate_ptr(gate));
+    });
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -219,24 +223,20 @@ void adam_update_many(const std::vector<AdamParam>& params, double lr, double be
   const Tensor& p0 = params.front().p;
   cudaStream_t s = stream(p0.device().index);
   dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
-    for (size_t g0 = 0; g0 < params.size(); g0 += kMany) {
-      AdamMany<T> a{};
-      int64_t total = 0;
-      for (size_t k = g0; k < params.size() && k < g0 + kMany; ++k) {
-        const AdamParam& q = params[k];
-        a.p[a.n] = static_cast<T*>(q.p.raw_data());
-        a.g[a.n] = static_cast<const T*>(q.g.raw_data());
-        a.m[a.n] = static_cast<T*>(q.m.raw_data());
-        a.v[a.n] = static_cast<T*>(q.v.raw_data());
-        a.steps[a.n] = static_cast<double*>(q.step_count.raw_data());
-        total += q.p.numel();
-        a.end[a.n++] = total;
-      }
+    auto set = [](AdamMany<T>& a, const AdamParam& q) {
+      a.p[a.n] = static_cast<T*>(q.p.raw_data());
+      a.g[a.n] = static_cast<const T*>(q.g.raw_data());
+      a.m[a.n] = static_cast<T*>(q.m.raw_data());
+      a.v[a.n] = static_cast<T*>(q.v.raw_data());
+      a.steps[a.n] = static_cast<double*>(q.step_count.raw_data());
+      return q.p.numel();
+    };
+    for_groups<AdamMany<T>>(params, set, [&](const AdamMany<T>& a, int64_t total) {
       if (total > 0)
         TCN_LAUNCH(grid_for(total, 256), 256, 0, s, adam_many_kernel<T>)(a, lr, beta1, beta2, T(eps), T(weight_decay),
                                                                          gate_ptr(gate));
       TCN_LAUNCH(1, kMany, 0, s, count_steps_kernel<T>)(a, gate_ptr(gate));
-    }
+    });
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -248,8 +248,8 @@ void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Ten
   Tensor partial = empty({std::max(1, groups) * kNormBlocks}, {DType::F64, norm.device()});  // every slot written
   Tensor coef = empty({}, norm.options());
   dispatch_float(norm.dtype(), "CUDA kernel", [&]<class T>() {
-    int g = 0;
-    for_groups<const T>(grads, [&](const Many<const T>& m, int64_t) {
+    int g = 0;  // every group writes its kNormBlocks partial sums, even an empty one (zeros)
+    for_groups<Many<const T>>(grads, set_tensor<const T>, [&](const Many<const T>& m, int64_t) {
       TCN_LAUNCH(kNormBlocks, kNormThreads, 0, s, sum_squares_kernel<T>)(
           static_cast<double*>(partial.raw_data()) + g++ * kNormBlocks, m);
     });
@@ -257,8 +257,9 @@ void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Ten
                                                            static_cast<T*>(coef.raw_data()),
                                                            static_cast<const double*>(partial.raw_data()),
                                                            static_cast<int>(partial.numel()), max_norm);
-    for_groups<T>(grads, [&](const Many<T>& m, int64_t total) {
-      TCN_LAUNCH(grid_for(total, 256), 256, 0, s, scale_many_kernel<T>)(m, static_cast<const T*>(coef.raw_data()));
+    for_groups<Many<T>>(grads, set_tensor<T>, [&](const Many<T>& m, int64_t total) {
+      if (total > 0)
+        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, scale_many_kernel<T>)(m, static_cast<const T*>(coef.raw_data()));
     });
   });
   CUDA_CHECK(cudaGetLastError());
