@@ -72,6 +72,9 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 // dlogits [N, V] = scale * (softmax - onehot), scale = dloss / N read on the device.
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
                             const Tensor& targets);
+// out [B, Lp, C] (contiguous, x's dtype) = x [B, L, C] (any strides) at rows
+// [left, left + L) of each batch and zeros elsewhere: conv1d's padded rows.
+void pad_rows(const Tensor& out, const Tensor& x, int64_t left);
 // Weight norm per row of v (R rows, contiguous, g [R] contiguous): w = g v / ||v||,
 // norm (float64 [R]) kept for backward; backward writes dv and/or dg (either
 // may be undefined) from dw. One block per row each way (ops/weight_norm.cpp).
