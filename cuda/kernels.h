@@ -7,9 +7,10 @@
 // Conventions as in ops/: outputs first, tensors already checked (same device,
 // dtype, broadcastable shapes), any strides unless stated.
 //
-// STATUS (2026-12-02): compiled and linked in CI, never run on a GPU yet (no GPU
-// has been lent to this project's sessions). Their CPU-vs-CUDA tests in
-// tests/test_cuda_ops.cpp are skipped until then; cuda::verified_on_gpu()
+// STATUS (2026-12-03): compiled by nvcc and linked in CI, and run in CI on the
+// emulated device (TCN_CUDA=EMU, docs/emulator.md) against their CPU twins
+// (tests/test_cuda_ops.cpp, test_cuda_train.cpp), but never run on a GPU yet
+// (no GPU has been lent to this project's sessions): cuda::verified_on_gpu()
 // stays false so no trainer picks the GPU by itself (an explicit --device cuda
 // runs them, with a warning).
 #pragma once
