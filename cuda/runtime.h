@@ -61,14 +61,17 @@ struct DeviceCounters {
   int64_t graph_launches = 0;  // cudaGraphLaunch
   int64_t gemms = 0;           // cuBLAS GEMM calls
   int64_t host_syncs = 0;      // times the host waited for the device, for any reason
+  int64_t queue_waits = 0;     // of those, waits because the launch queue was full (1,024 pending on the emulator)
   int64_t allocations = 0;     // cudaMalloc calls (the caching allocator's misses)
   DeviceCounters operator-(const DeviceCounters& o) const {
-    return {launches - o.launches,     kernels_run - o.kernels_run, graph_launches - o.graph_launches,
-            gemms - o.gemms,           host_syncs - o.host_syncs,   allocations - o.allocations};
+    return {launches - o.launches,     kernels_run - o.kernels_run,   graph_launches - o.graph_launches,
+            gemms - o.gemms,           host_syncs - o.host_syncs,     queue_waits - o.queue_waits,
+            allocations - o.allocations};
   }
   DeviceCounters operator+(const DeviceCounters& o) const {
-    return {launches + o.launches,     kernels_run + o.kernels_run, graph_launches + o.graph_launches,
-            gemms + o.gemms,           host_syncs + o.host_syncs,   allocations + o.allocations};
+    return {launches + o.launches,     kernels_run + o.kernels_run,   graph_launches + o.graph_launches,
+            gemms + o.gemms,           host_syncs + o.host_syncs,     queue_waits + o.queue_waits,
+            allocations + o.allocations};
   }
   // Each field divided by n (per step), rounded to one decimal, as one line.
   std::string per(int64_t n) const {
@@ -79,8 +82,9 @@ struct DeviceCounters {
       return s.size() > 2 && s.substr(s.size() - 2) == ".0" ? s.substr(0, s.size() - 2) : s;
     };
     return f(launches) + " kernel launches, " + f(kernels_run) + " kernels run, " + f(graph_launches) +
-           " graph launches, " + f(gemms) + " GEMMs, " + f(host_syncs) + " host syncs, " + f(allocations) +
-           " allocations";
+           " graph launches, " + f(gemms) + " GEMMs, " + f(host_syncs) + " host syncs" +
+           (queue_waits > 0 ? " (" + f(queue_waits) + " of them a full launch queue)" : std::string()) + ", " +
+           f(allocations) + " allocations";
   }
 };
 bool counters_available();
