@@ -19,21 +19,26 @@ __device__ __forceinline__ T* dynamic_shared() {
 #endif
 }
 
-// The sum of every thread's v over the block, returned to all of them: a tree
-// in shared memory sh (blockDim.x entries, a power of two), the same additions
-// in the same order on every run (deterministic). Every thread of the block
-// must call it; it ends with a barrier, so sh may be reused at once.
-template <class T>
-__device__ __forceinline__ T block_sum(T v, T* sh) {
+// combine(v of every thread) over the block, returned to all of them: a tree in
+// shared memory sh (blockDim.x entries, a power of two), the same steps in the
+// same order on every run (deterministic). Every thread of the block must call
+// it; it ends with a barrier, so sh may be reused at once.
+template <class T, class Combine>
+__device__ __forceinline__ T block_reduce(T v, T* sh, Combine combine) {
   sh[threadIdx.x] = v;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    if (threadIdx.x < s) sh[threadIdx.x] = combine(sh[threadIdx.x], sh[threadIdx.x + s]);
     __syncthreads();
   }
   const T total = sh[0];
   __syncthreads();
   return total;
+}
+
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* sh) {
+  return block_reduce(v, sh, [](T a, T b) { return a + b; });
 }
 
 }  // namespace tcn::cuda

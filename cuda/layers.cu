@@ -32,15 +32,10 @@ __global__ void check_index_kernel(DeviceStatus* st, int32_t what, const int64_t
       mine = i;
       break;
     }
-  first[threadIdx.x] = mine;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s && first[threadIdx.x + s] < first[threadIdx.x]) first[threadIdx.x] = first[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0 && first[0] < n && st->check == 0) {
-    st->position = first[0];
-    st->value = idx[first[0]];
+  const int64_t bad = block_reduce(mine, first, [](int64_t a, int64_t b) { return b < a ? b : a; });
+  if (threadIdx.x == 0 && bad < n && st->check == 0) {
+    st->position = bad;
+    st->value = idx[bad];
     st->bound = bound;
     __threadfence_system();  // the fields before the flag that says they are there
     st->check = what;
@@ -104,14 +99,7 @@ __global__ void ce_rows_kernel(double* lse, double* row_loss, const T* x, const 
   const T* row = x + r * V;
   double m = -INFINITY;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) m = ::fmax(m, static_cast<double>(row[v]));
-  sh[threadIdx.x] = m;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] = ::fmax(sh[threadIdx.x], sh[threadIdx.x + s]);
-    __syncthreads();
-  }
-  m = sh[0];
-  __syncthreads();
+  m = block_reduce(m, sh, [](double a, double b) { return ::fmax(a, b); });
   double acc = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) acc += ::exp(static_cast<double>(row[v]) - m);
   const double total = block_sum(acc, sh);

@@ -46,8 +46,10 @@ struct Many {
   int64_t end[kMany];  // elements in tensors 0..i
   int n;
 };
-template <class T>
-__device__ __forceinline__ int64_t locate(const Many<T>& m, int64_t e, int& i) {
+// For any of the packs below (a struct with end[]): element e's tensor i
+// (walked forward from the caller's last i) and its index within it.
+template <class Pack>
+__device__ __forceinline__ int64_t locate(const Pack& m, int64_t e, int& i) {
   while (e >= m.end[i]) ++i;
   return e - (i > 0 ? m.end[i - 1] : 0);
 }
@@ -113,8 +115,7 @@ __global__ void sgd_many_kernel(SgdMany<T> m, T lr, T wd, T mom, const double* g
   const int64_t total = m.end[m.n - 1];
   int i = 0;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    while (e >= m.end[i]) ++i;
-    const int64_t k = e - (i > 0 ? m.end[i - 1] : 0);
+    const int64_t k = locate(m, e, i);
     T* p = m.p[i];
     T d = m.g[i][k] + wd * p[k];
     if (T* b = m.buf[i]) {
@@ -146,14 +147,13 @@ __global__ void adam_many_kernel(AdamMany<T> a, double lr, double beta1, double 
   int i = 0, corrected = -1;  // the tensor whose bias corrections are in step_size, sqrt_bc2
   double step_size = 0, sqrt_bc2 = 1;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    while (e >= a.end[i]) ++i;
+    const int64_t k = locate(a, e, i);
     if (i != corrected) {
       const double t = *a.steps[i] + 1;
       step_size = lr / (1 - ::pow(beta1, t));
       sqrt_bc2 = ::sqrt(1 - ::pow(beta2, t));
       corrected = i;
     }
-    const int64_t k = e - (i > 0 ? a.end[i - 1] : 0);
     T *p = a.p[i], *m = a.m[i], *v = a.v[i];
     const T d = a.g[i][k] + wd * p[k];
     m[k] = b1 * m[k] + c1 * d;

@@ -15,15 +15,32 @@ void for_each_element(const Tensor& p, F f) {
   dispatch_float(p.dtype(), "optimizer", [&]<class T>() { f.template operator()<T>(p.numel()); });
 }
 
-// The gate of Optimizer::step: checked against parameter p; true when it is a
-// CPU tensor holding 0 (a GPU gate is read by the update kernels instead).
-bool gate_closed_here(const Tensor& gate, const Tensor& p) {
+// The gate of Optimizer::step, checked once per step against the parameters
+// that have a gradient (those the step would update): true when it is a CPU
+// tensor holding 0, read once (a GPU gate is read by the update kernels instead).
+bool gate_closed_on_host(const Tensor& gate, const std::vector<Tensor>& params) {
   if (!gate.defined()) return false;
-  TCN_CHECK(gate.numel() == 1 && gate.dtype() == DType::F64, "optimizer: the gate must be a float64 scalar, got ",
-            gate.dtype(), " ", gate.shape());
-  TCN_CHECK(gate.device() == p.device(), "optimizer: the gate is on ", gate.device(), " but a parameter is on ",
-            p.device());
-  return gate.device().is_cpu() && gate.item() == 0.0;
+  bool checked = false;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    if (!checked)
+      TCN_CHECK(gate.numel() == 1 && gate.dtype() == DType::F64, "optimizer: the gate must be a float64 scalar, got ",
+                gate.dtype(), " ", gate.shape());
+    checked = true;
+    TCN_CHECK(gate.device() == p.device(), "optimizer: the gate is on ", gate.device(), " but a parameter is on ",
+              p.device());
+  }
+  return checked && gate.device().is_cpu() && gate.item() == 0.0;
+}
+
+// GPU updates go in batches (one launch per 32 tensors of one dtype and one
+// device): adds `item`, first handing the batch to `flush` when item's
+// parameter differs from the batch's in dtype or device.
+template <class Item, class Flush>
+void add_to_batch(std::vector<Item>& batch, Item item, Flush flush) {
+  if (!batch.empty() && (batch.front().p.device() != item.p.device() || batch.front().p.dtype() != item.p.dtype()))
+    flush(std::exchange(batch, {}));
+  batch.push_back(std::move(item));
 }
 }  // namespace
 
@@ -64,17 +81,19 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
 
 void SGD::step(const Tensor& gate) {
   autograd::NoGrad ng;
-  std::vector<cuda::SgdParam> on_gpu;  // updated together below, one launch per 32
+  if (gate_closed_on_host(gate, params_)) return;
+  std::vector<cuda::SgdParam> on_gpu;  // updated together, one launch per 32
+  auto flush = [&](const std::vector<cuda::SgdParam>& batch) {
+    TCN_CUDA_OP("SGD", cuda::sgd_update_many(batch, lr, weight_decay, momentum, gate));
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
-    if (!g.defined() || gate_closed_here(gate, p)) continue;
+    if (!g.defined()) continue;
     // A buffer that a gated-off step left at zero gives the same update either way.
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
     if (p.device().is_cuda()) {
-      if (!on_gpu.empty() && (on_gpu.front().p.device() != p.device() || on_gpu.front().p.dtype() != p.dtype()))
-        TCN_CUDA_OP("SGD", cuda::sgd_update_many(std::exchange(on_gpu, {}), lr, weight_decay, momentum, gate));
-      on_gpu.push_back({p, g.contiguous(), momentum != 0 ? buf_[i] : Tensor(), first});
+      add_to_batch(on_gpu, cuda::SgdParam{p, g.contiguous(), momentum != 0 ? buf_[i] : Tensor(), first}, flush);
       if (momentum != 0) started_.data<double>()[i] = 1;
       continue;
     }
@@ -94,7 +113,7 @@ void SGD::step(const Tensor& gate) {
     });
     if (momentum != 0) started_.data<double>()[i] = 1;
   }
-  if (!on_gpu.empty()) TCN_CUDA_OP("SGD", cuda::sgd_update_many(on_gpu, lr, weight_decay, momentum, gate));
+  if (!on_gpu.empty()) flush(on_gpu);
 }
 
 NamedTensors SGD::state() const {
@@ -122,15 +141,17 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
 
 void Adam::step(const Tensor& gate) {
   autograd::NoGrad ng;
-  std::vector<cuda::AdamParam> on_gpu;  // updated together below (one device: checked at construction)
+  if (gate_closed_on_host(gate, params_)) return;
+  std::vector<cuda::AdamParam> on_gpu;  // updated together, two launches per 32
+  auto flush = [&](const std::vector<cuda::AdamParam>& batch) {
+    TCN_CUDA_OP("Adam", cuda::adam_update_many(batch, lr, beta1, beta2, eps, weight_decay, gate));
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
-    if (!g.defined() || gate_closed_here(gate, p)) continue;
+    if (!g.defined()) continue;
     if (p.device().is_cuda()) {  // the step count is on the device: the kernel computes the bias corrections
-      if (!on_gpu.empty() && on_gpu.front().p.dtype() != p.dtype())
-        TCN_CUDA_OP("Adam", cuda::adam_update_many(std::exchange(on_gpu, {}), lr, beta1, beta2, eps, weight_decay, gate));
-      on_gpu.push_back({p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1)});
+      add_to_batch(on_gpu, cuda::AdamParam{p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1)}, flush);
       continue;
     }
     double& t = steps_.data<double>()[i];
@@ -153,7 +174,7 @@ void Adam::step(const Tensor& gate) {
       }
     });
   }
-  if (!on_gpu.empty()) TCN_CUDA_OP("Adam", cuda::adam_update_many(on_gpu, lr, beta1, beta2, eps, weight_decay, gate));
+  if (!on_gpu.empty()) flush(on_gpu);
 }
 
 NamedTensors Adam::state() const {
