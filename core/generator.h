@@ -14,6 +14,8 @@ class Generator {
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
   void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  // Moves the offset on by `counters` (what a replayed CUDA graph drew: core/step_graph.h).
+  void skip(uint64_t counters) { offset_ += counters; }
   // Reserves the counters for `n` random 32-bit values; returns the first counter.
   uint64_t reserve(uint64_t n) {
     uint64_t start = offset_;

@@ -78,6 +78,14 @@ void Tensor::set_grad(const Tensor& g) const {
   impl().autograd->grad = clone(g.detach());  // a leaf's gradient is contiguous storage it owns alone
 }
 
+void Tensor::adopt_grad(const Tensor& g) const {
+  TCN_CHECK(requires_grad() && is_leaf(), "adopt_grad(): tensor is not a leaf that requires grad");
+  TCN_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device() && g.is_contiguous(),
+            "adopt_grad(): gradient ", g.dtype(), " ", g.shape(), " on ", g.device(),
+            " is not a contiguous match for the tensor, ", dtype(), " ", shape(), " on ", device());
+  impl().autograd->grad = g.detach();
+}
+
 void Tensor::zero_grad() const {
   if (impl().autograd) impl().autograd->grad = Tensor();
 }

@@ -83,7 +83,12 @@ class Tensor {
   bool is_leaf() const;
   // The accumulated gradient of a leaf (undefined before the first backward).
   Tensor grad() const;
+  // Sets the gradient to a copy of g.
   void set_grad(const Tensor& g) const;
+  // Makes g itself, not a copy, the gradient: a contiguous tensor of this
+  // shape that nothing else writes (how a replayed CUDA graph hands back the
+  // gradients it wrote, core/step_graph.h).
+  void adopt_grad(const Tensor& g) const;
   // Drops the gradient (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad() const;
   // Same data, no autograd history.

@@ -84,10 +84,14 @@ void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, 
                           const Tensor& norm);
 // y = x * keep * scale with keep from the Philox stream (seed, start) as on the
 // CPU (ops/dropout.cpp); with relu, y = relu(x) * keep * scale. x contiguous.
-void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, bool relu);
+// base: undefined, or a float64 device scalar added to start when the kernel
+// runs (a captured step's Philox base, core/step_graph.h).
+void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base,
+                     bool relu);
 // dx = g * keep * scale, the mask regenerated from (seed, start); with relu,
 // keep is read from the forward output instead (y > 0).
-void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& y);
+void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& base,
+                      const Tensor& y);
 // LSTM cell on B rows of a [B, T, ...] layout at step t (see ops/lstm_layer.cpp):
 // act holds the gate pre-activations of step t on entry and (i, f, g, o) on exit.
 void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t);
@@ -102,7 +106,8 @@ struct SgdParam {
   Tensor p, g, buf;  // buf undefined without momentum
   bool first;        // the buffer's first step (buf = d)
 };
-void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weight_decay, double momentum,
+// lr: a float64 scalar on the device (read by the kernel, so a captured step follows changes).
+void sgd_update_many(const std::vector<SgdParam>& params, const Tensor& lr, double weight_decay, double momentum,
                      const Tensor& gate);
 // Adam likewise, two launches per 32 parameters. step_count: a float64 scalar
 // on the device per parameter, the steps it has taken; advanced by one unless
@@ -110,7 +115,7 @@ void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weig
 struct AdamParam {
   Tensor p, g, m, v, step_count;
 };
-void adam_update_many(const std::vector<AdamParam>& params, double lr, double beta1, double beta2, double eps,
+void adam_update_many(const std::vector<AdamParam>& params, const Tensor& lr, double beta1, double beta2, double eps,
                       double weight_decay, const Tensor& gate);
 // Global-norm clipping of many gradients in a few launches (one sum-of-squares
 // pass per 32 tensors, one reduction, one scaling pass per 32): the squares
@@ -118,8 +123,9 @@ void adam_update_many(const std::vector<AdamParam>& params, double lr, double be
 // grads' dtype, on the device) = its square root, every grad scaled in place by
 // min(1, max_norm / (norm + 1e-6)). Grads contiguous, one dtype, on norm's device.
 void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& norm);
-// watch: float64 [4] = (ok, first bad step, its loss, sum of finite losses), see nn::LossWatch.
-void watch_loss(const Tensor& watch, const Tensor& loss, int64_t step);
+// watch: float64 [5] = (ok, first bad step, its loss, sum of finite losses, step of the
+// last add), see nn::LossWatch: counts this loss's step as the last one + 1.
+void watch_loss(const Tensor& watch, const Tensor& loss);
 // Strict FP32 GEMMs (the default) or TF32 tensor cores.
 void set_allow_tf32(bool allow);
 

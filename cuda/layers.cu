@@ -181,9 +181,15 @@ __device__ __forceinline__ bool keep_flag(uint64_t seed, uint64_t start, int64_t
   return (philox_block(seed, start + i / 4).v[i % 4] >> 8) >= threshold;
 }
 
+// The first counter: start, plus the device-side base of a captured step (core/step_graph.h).
+__device__ __forceinline__ uint64_t philox_start(uint64_t start, const double* base) {
+  return base ? start + static_cast<uint64_t>(*base) : start;
+}
+
 template <class T>
-__global__ void dropout_fwd_kernel(T* y, const T* x, int64_t n, uint64_t seed, uint64_t start, uint32_t threshold,
-                                   T scale, bool relu) {
+__global__ void dropout_fwd_kernel(T* y, const T* x, int64_t n, uint64_t seed, uint64_t start0, const double* base,
+                                   uint32_t threshold, T scale, bool relu) {
+  const uint64_t start = philox_start(start0, base);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     bool k = keep_flag(seed, start, i, threshold);
     if (relu) k = k && x[i] > T(0);
@@ -192,8 +198,9 @@ __global__ void dropout_fwd_kernel(T* y, const T* x, int64_t n, uint64_t seed, u
 }
 
 template <class T>
-__global__ void dropout_bwd_kernel(T* dx, const T* g, const T* y, int64_t n, uint64_t seed, uint64_t start,
-                                   uint32_t threshold, T scale) {
+__global__ void dropout_bwd_kernel(T* dx, const T* g, const T* y, int64_t n, uint64_t seed, uint64_t start0,
+                                   const double* base, uint32_t threshold, T scale) {
+  const uint64_t start = y ? 0 : philox_start(start0, base);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const bool k = y ? y[i] > T(0) : keep_flag(seed, start, i, threshold);
     dx[i] = g[i] * (static_cast<T>(k) * scale);
@@ -364,24 +371,32 @@ void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, 
   CUDA_CHECK(cudaGetLastError());
 }
 
-void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, bool relu) {
+namespace {
+const double* base_ptr(const Tensor& base) {
+  return base.defined() ? static_cast<const double*>(base.raw_data()) : nullptr;
+}
+}  // namespace
+
+void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base,
+                     bool relu) {
   const int64_t n = x.numel();
   if (n == 0) return;
   dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(x.device().index), dropout_fwd_kernel<T>)(
-        static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, dropout_threshold(p),
+        static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, base_ptr(base), dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0), relu);
   });
   CUDA_CHECK(cudaGetLastError());
 }
 
-void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& y) {
+void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& base,
+                      const Tensor& y) {
   const int64_t n = g.numel();
   if (n == 0) return;
   dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(g.device().index), dropout_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()),
-        y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, dropout_threshold(p),
+        y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, base_ptr(base), dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
   });
   CUDA_CHECK(cudaGetLastError());

@@ -19,17 +19,20 @@ namespace {
 // gate: null (always update) or a float64 scalar on the device; 0 turns the update off.
 __device__ __forceinline__ bool gate_closed(const double* gate) { return gate != nullptr && *gate == 0.0; }
 
-// w = [ok, first bad step, its loss, sum of finite losses]: while ok, a finite
-// loss is added to the sum; the first non-finite one clears ok for good.
+// w = [ok, first bad step, its loss, sum of finite losses, step of the last
+// loss]: while ok, a finite loss is added to the sum; the first non-finite one
+// clears ok for good and records its step.
 template <class T>
-__global__ void watch_loss_kernel(double* w, const T* loss, int64_t step) {
+__global__ void watch_loss_kernel(double* w, const T* loss) {
   const double l = static_cast<double>(*loss);
+  const double step = w[4] + 1;
+  w[4] = step;
   if (w[0] == 0.0) return;
   if (l - l == 0.0) {  // finite (NaN and infinities give NaN): the same test on host and device
     w[3] += l;
   } else {
     w[0] = 0.0;
-    w[1] = static_cast<double>(step);
+    w[1] = step;
     w[2] = l;
   }
 }
@@ -110,8 +113,9 @@ struct SgdMany {
   int n;
 };
 template <class T>
-__global__ void sgd_many_kernel(SgdMany<T> m, T lr, T wd, T mom, const double* gate) {
+__global__ void sgd_many_kernel(SgdMany<T> m, const double* lr_ptr, T wd, T mom, const double* gate) {
   if (gate_closed(gate)) return;
+  const T lr = T(*lr_ptr);
   const int64_t total = m.end[m.n - 1];
   int i = 0;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
@@ -140,8 +144,10 @@ struct AdamMany {
   int n;
 };
 template <class T>
-__global__ void adam_many_kernel(AdamMany<T> a, double lr, double beta1, double beta2, T eps, T wd, const double* gate) {
+__global__ void adam_many_kernel(AdamMany<T> a, const double* lr_ptr, double beta1, double beta2, T eps, T wd,
+                                 const double* gate) {
   if (gate_closed(gate)) return;
+  const double lr = *lr_ptr;
   const T b1 = T(beta1), b2 = T(beta2), c1 = T(1 - beta1), c2 = T(1 - beta2);
   const int64_t total = a.end[a.n - 1];
   int i = 0, corrected = -1;  // the tensor whose bias corrections are in step_size, sqrt_bc2
@@ -191,11 +197,12 @@ int64_t set_tensor(Many<T>& m, const Tensor& t) {
   return t.numel();
 }
 
-const double* gate_ptr(const Tensor& gate) { return gate.defined() ? static_cast<const double*>(gate.raw_data()) : nullptr; }
+// A float64 device scalar's address (nullptr when undefined): the gate, the learning rate.
+const double* scalar_ptr(const Tensor& gate) { return gate.defined() ? static_cast<const double*>(gate.raw_data()) : nullptr; }
 
 }  // namespace
 
-void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weight_decay, double momentum,
+void sgd_update_many(const std::vector<SgdParam>& params, const Tensor& lr, double weight_decay, double momentum,
                      const Tensor& gate) {
   if (params.empty()) return;
   const Tensor& p0 = params.front().p;
@@ -210,14 +217,14 @@ void sgd_update_many(const std::vector<SgdParam>& params, double lr, double weig
     };
     for_groups<SgdMany<T>>(params, set, [&](const SgdMany<T>& m, int64_t total) {
       if (total > 0)
-        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, sgd_many_kernel<T>)(m, T(lr), T(weight_decay), T(momentum),
-                                                                        gate_ptr(gate));
+        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, sgd_many_kernel<T>)(m, scalar_ptr(lr), T(weight_decay), T(momentum),
+                                                                        scalar_ptr(gate));
     });
   });
   CUDA_CHECK(cudaGetLastError());
 }
 
-void adam_update_many(const std::vector<AdamParam>& params, double lr, double beta1, double beta2, double eps,
+void adam_update_many(const std::vector<AdamParam>& params, const Tensor& lr, double beta1, double beta2, double eps,
                       double weight_decay, const Tensor& gate) {
   if (params.empty()) return;
   const Tensor& p0 = params.front().p;
@@ -233,9 +240,9 @@ void adam_update_many(const std::vector<AdamParam>& params, double lr, double be
     };
     for_groups<AdamMany<T>>(params, set, [&](const AdamMany<T>& a, int64_t total) {
       if (total > 0)
-        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, adam_many_kernel<T>)(a, lr, beta1, beta2, T(eps), T(weight_decay),
-                                                                         gate_ptr(gate));
-      TCN_LAUNCH(1, kMany, 0, s, count_steps_kernel<T>)(a, gate_ptr(gate));
+        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, adam_many_kernel<T>)(a, scalar_ptr(lr), beta1, beta2, T(eps), T(weight_decay),
+                                                                         scalar_ptr(gate));
+      TCN_LAUNCH(1, kMany, 0, s, count_steps_kernel<T>)(a, scalar_ptr(gate));
     });
   });
   CUDA_CHECK(cudaGetLastError());
@@ -265,10 +272,10 @@ void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Ten
   CUDA_CHECK(cudaGetLastError());
 }
 
-void watch_loss(const Tensor& watch, const Tensor& loss, int64_t step) {
+void watch_loss(const Tensor& watch, const Tensor& loss) {
   dispatch_float(loss.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(1, 1, 0, stream(loss.device().index), watch_loss_kernel<T>)(
-        static_cast<double*>(watch.raw_data()), static_cast<const T*>(loss.raw_data()), step);
+        static_cast<double*>(watch.raw_data()), static_cast<const T*>(loss.raw_data()));
   });
   CUDA_CHECK(cudaGetLastError());
 }

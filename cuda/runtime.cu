@@ -89,6 +89,8 @@ Allocator* allocator(int index) {
   return all[index].get();
 }
 
+CachingAllocator* caching_allocator(int index) { return static_cast<CachingAllocator*>(allocator(index)); }
+
 MemoryStats memory_stats(int index) {
   std::lock_guard<std::mutex> lock(allocators_mutex());
   auto& all = allocators();

@@ -36,6 +36,38 @@ std::string unavailable_reason();
 Allocator* allocator(int index);
 // The caching allocator's statistics for device `index` (zeros when unused).
 MemoryStats memory_stats(int index);
+// The same allocator as a CachingAllocator, for its private pools (CUDA graphs).
+CachingAllocator* caching_allocator(int index);
+
+// A CUDA graph of the work one device's stream is given between begin_capture
+// and end_capture (cudaStreamBeginCapture in global mode ... cudaStreamEndCapture,
+// cudaGraphInstantiate), launched as one unit by launch(). During a capture
+// nothing runs: kernels are recorded with the arguments they were given, and
+// whatever would make the host wait (a copy to the host, a synchronisation, a
+// cudaMalloc) fails the capture. core/step_graph.h builds a training step on it.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void begin_capture(int device);
+  // Ends the capture and instantiates the graph. Returns "" on success, or the
+  // reason CUDA gives when the capture failed (no graph then; the error cleared).
+  std::string end_capture();
+  void launch();  // one cudaGraphLaunch on the device's stream; no host wait
+  bool ready() const { return exec_ != nullptr; }
+  size_t nodes() const { return nodes_; }  // kernels, copies and GEMMs recorded
+  void reset();                            // destroys the graph
+
+ private:
+  void* graph_ = nullptr;  // cudaGraph_t
+  void* exec_ = nullptr;   // cudaGraphExec_t
+  int device_ = -1;
+  size_t nodes_ = 0;
+};
+// Whether the stream of `device` is being captured now.
+bool capturing(int device);
 
 // Copies between host and device memory: synchronous cudaMemcpy on the legacy
 // default stream, which orders them with tcn's streams (created blocking).
@@ -59,7 +91,7 @@ struct DeviceCounters {
   int64_t launches = 0;        // kernels launched by the host (a graph's kernels not included)
   int64_t kernels_run = 0;     // kernels executed, a graph's included
   int64_t graph_launches = 0;  // cudaGraphLaunch
-  int64_t gemms = 0;           // cuBLAS GEMM calls
+  int64_t gemms = 0;           // cuBLAS GEMMs run, a graph's included
   int64_t host_syncs = 0;      // times the host waited for the device, for any reason
   int64_t queue_waits = 0;     // of those, waits because the launch queue was full (1,024 pending on the emulator)
   int64_t allocations = 0;     // cudaMalloc calls (the caching allocator's misses)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/step_graph.h"
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
 
@@ -51,6 +52,30 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : lr(lr), params_(st
               i, " (shape ", params_[i].shape(), ") is not a contiguous leaf that requires grad");
 }
 
+const Tensor& Optimizer::device_lr(const Device& device) {
+  size_t k = 0;
+  while (k < device_lr_.size() && device_lr_[k].device != device) ++k;
+  if (k == device_lr_.size()) {
+    TCN_CHECK(!StepGraph::capturing(), "optimizer: its first step on ", device,
+              " may not be captured in a CUDA graph (it makes the learning-rate scalar); run one step eagerly first");
+    device_lr_.push_back({device, empty({}, {DType::F64, device}), -1.0});
+  }
+  if (StepGraph* g = StepGraph::capturing()) {
+    // A fill captured into the graph would reset lr at every replay: refresh it before each one instead.
+    TCN_CHECK(device_lr_[k].holds == lr, "optimizer: lr changed in the step being captured");
+    g->before_replay([this, k] { refresh_lr(k); });
+  } else {
+    refresh_lr(k);
+  }
+  return device_lr_[k].value;
+}
+
+void Optimizer::refresh_lr(size_t k) {
+  if (device_lr_[k].holds == lr) return;
+  fill_(device_lr_[k].value, lr);  // queued: no host wait
+  device_lr_[k].holds = lr;
+}
+
 void Optimizer::zero_grad() const {
   for (const Tensor& p : params_) p.zero_grad();
 }
@@ -84,7 +109,7 @@ void SGD::step(const Tensor& gate) {
   if (gate_closed_on_host(gate, params_)) return;
   std::vector<cuda::SgdParam> on_gpu;  // updated together, one launch per 32
   auto flush = [&](const std::vector<cuda::SgdParam>& batch) {
-    TCN_CUDA_OP("SGD", cuda::sgd_update_many(batch, lr, weight_decay, momentum, gate));
+    TCN_CUDA_OP("SGD", cuda::sgd_update_many(batch, device_lr(batch.front().p.device()), weight_decay, momentum, gate));
   };
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -92,6 +117,9 @@ void SGD::step(const Tensor& gate) {
     if (!g.defined()) continue;
     // A buffer that a gated-off step left at zero gives the same update either way.
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
+    // A replay cannot start a buffer: the kernel's `first` is fixed when captured.
+    TCN_CHECK(!first || !StepGraph::capturing(), "SGD: the momentum buffer of parameter ", i,
+              " starts in the step being captured; run a step with its gradient eagerly first");
     if (p.device().is_cuda()) {
       add_to_batch(on_gpu, cuda::SgdParam{p, g.contiguous(), momentum != 0 ? buf_[i] : Tensor(), first}, flush);
       if (momentum != 0) started_.data<double>()[i] = 1;
@@ -144,7 +172,8 @@ void Adam::step(const Tensor& gate) {
   if (gate_closed_on_host(gate, params_)) return;
   std::vector<cuda::AdamParam> on_gpu;  // updated together, two launches per 32
   auto flush = [&](const std::vector<cuda::AdamParam>& batch) {
-    TCN_CUDA_OP("Adam", cuda::adam_update_many(batch, lr, beta1, beta2, eps, weight_decay, gate));
+    TCN_CUDA_OP("Adam", cuda::adam_update_many(batch, device_lr(batch.front().p.device()), beta1, beta2, eps,
+                                               weight_decay, gate));
   };
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -228,7 +257,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
 namespace tcn::nn {
 
 // ---- LossWatch ----------------------------------------------------------------------------
-LossWatch::LossWatch(Device device) : w_(zeros({4}, {DType::F64, device})) {
+LossWatch::LossWatch(Device device) : w_(zeros({5}, {DType::F64, device})) {
   fill_(w_.narrow(0, 0, 1), 1.0);
   ok_ = w_.narrow(0, 0, 1).squeeze(0);
 }
@@ -236,19 +265,31 @@ LossWatch::LossWatch(Device device) : w_(zeros({4}, {DType::F64, device})) {
 void LossWatch::add(const Tensor& loss, int64_t step) {
   TCN_CHECK(loss.defined() && loss.numel() == 1 && is_floating(loss.dtype()), "LossWatch: the loss must be a float scalar");
   TCN_CHECK(loss.device() == w_.device(), "LossWatch: the loss is on ", loss.device(), ", the watch on ", w_.device());
-  ++added_;
+  if (StepGraph* g = StepGraph::capturing()) {
+    TCN_CHECK(step == next_step_, "LossWatch: a captured add must follow on from the last eager one (step ", step,
+              ", expected ", next_step_, ")");
+    g->after_replay([this] {  // the replay added a loss
+      ++added_;
+      ++next_step_;
+    });
+  } else {
+    if (step != next_step_) fill_(w_.narrow(0, 4, 1), static_cast<double>(step - 1));
+    ++added_;
+    next_step_ = step + 1;
+  }
   if (w_.device().is_cuda()) {
-    TCN_CUDA_OP("LossWatch", cuda::watch_loss(w_, loss.detach().contiguous(), step));
+    TCN_CUDA_OP("LossWatch", cuda::watch_loss(w_, loss.detach().contiguous()));
     return;
   }
   double* w = w_.data<double>();  // the kernel's logic, on the host
   const double l = loss.item();
+  w[4] += 1;
   if (w[0] == 0.0) return;
   if (std::isfinite(l)) {
     w[3] += l;
   } else {
     w[0] = 0.0;
-    w[1] = static_cast<double>(step);
+    w[1] = w[4];
     w[2] = l;
   }
 }

@@ -20,7 +20,7 @@ class Optimizer {
   // step needs no host wait to decide.
   virtual void step(const Tensor& gate = Tensor()) = 0;
   void zero_grad() const;
-  double lr;
+  double lr;  // may change between steps, also between replays of a captured step
   const std::vector<Tensor>& params() const { return params_; }
   // The optimizer's state tensors by name (momentum buffers, moments, step
   // count), for checkpoints. load_state checks names and shapes.
@@ -28,7 +28,20 @@ class Optimizer {
   void load_state(const NamedTensors& state);
 
  protected:
+  // lr as a float64 scalar on `device`, which the GPU update kernels read (so a
+  // captured step, core/step_graph.h, follows a changed lr): refreshed here when
+  // lr changed, and before each replay of a step captured with it.
+  const Tensor& device_lr(const Device& device);
   std::vector<Tensor> params_;
+
+ private:
+  void refresh_lr(size_t k);
+  struct DeviceLr {
+    Device device;
+    Tensor value;
+    double holds;  // the lr it was last set to
+  };
+  std::vector<DeviceLr> device_lr_;
 };
 
 // p -= lr * d, with d = g + wd * p, and with momentum m: buf = m * buf + d
@@ -64,6 +77,9 @@ class Adam : public Optimizer {
 // Watches the training loss on its device without reading it back every step
 // (on a GPU, a read is a host wait). add(loss, step) sums finite losses; the
 // first non-finite one turns ok() to 0 for good and records its step and value.
+// Steps are counted on the device (each add is the step after the previous
+// one), so an add inside a captured step (core/step_graph.h) names the right
+// step at every replay; an add whose step does not follow on resets the count.
 // ok() is the gate for Optimizer::step, so the parameters and optimizer state
 // stay as they were before that step. read() (one host wait) returns the sum
 // since the last read, and the bad step if there was one.
@@ -81,9 +97,10 @@ class LossWatch {
   Reading read();
 
  private:
-  Tensor w_;   // float64 [4] on the device: ok, bad step, bad loss, sum
+  Tensor w_;   // float64 [5] on the device: ok, bad step, bad loss, sum, step of the last add
   Tensor ok_;  // w_[0], a scalar view
   int64_t added_ = 0;
+  int64_t next_step_ = -1;  // the step the device count gives the next add (-1: not set yet)
 };
 
 // Scales all gradients so their global L2 norm is at most max_norm (factor

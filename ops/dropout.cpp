@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "core/step_graph.h"
 #include "ops/cpu_loops.h"
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
@@ -150,22 +151,34 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
   check_float(op, x_in);
   TCN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
   const int64_t n = x_in.numel();
-  const uint64_t seed = gen.seed(), start = gen.reserve(static_cast<uint64_t>(n));
+  const uint64_t seed = gen.seed();
   if (x_in.device().is_cuda()) {
     // On a GPU the mask is not stored: backward draws it again from (seed, start),
     // or, after a ReLU, reads it from the output (y > 0 exactly where kept and x > 0).
+    // Inside a captured step (core/step_graph.h) start is relative to a device-side
+    // base that each replay advances; eagerly it is absolute (no base).
+    uint64_t start = 0;
+    Tensor base;
+    if (StepGraph* g = StepGraph::capturing()) {
+      StepGraph::Philox ph = g->philox(gen, static_cast<uint64_t>(n));
+      start = ph.rel;
+      base = ph.base;
+    } else {
+      start = gen.reserve(static_cast<uint64_t>(n));
+    }
     Tensor x = x_in.detach().contiguous();
     Tensor y = empty(x.shape(), x.options());
-    TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, start, kRelu));
+    TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, start, base, kRelu));
     if (autograd::needs_grad({x_in}))
-      autograd::record(op, {x_in}, {y}, [p, seed, start, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
+      autograd::record(op, {x_in}, {y}, [p, seed, start, base, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
         Tensor gc = g[0].contiguous();
         Tensor dx = empty(gc.shape(), gc.options());
-        TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, start, yk));
+        TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, start, base, yk));
         return TensorList{dx};
       });
     return y;
   }
+  const uint64_t start = gen.reserve(static_cast<uint64_t>(n));
   Tensor y = empty(x_in.shape(), x_in.options());
   auto mask = std::make_shared<Mask>((n + 3) / 4 * 4);
   dispatch_float(y.dtype(), op, [&]<class T>() {

@@ -108,3 +108,50 @@ TEST_CASE("the CPU allocator reports its statistics") {
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("private pools: their blocks come back to them, never to the general cache, and a closed pool throws") {
+  FakeDevice dev(1 << 20);
+  CachingAllocator a = dev.make();
+  void* general = a.allocate(1000);
+  const CachingAllocator::PoolId pool = a.new_pool();
+  a.use_pool(pool);
+  void* p1 = a.allocate(1000);
+  void* p2 = a.allocate(4000);
+  CHECK(dev.calls == 3);
+  CHECK(a.stats().pooled == 512 * 2 + 4096);
+  a.deallocate(general, 1000);  // a general block freed while the pool is in use: back to the general cache
+  a.deallocate(p1, 1000);
+  a.use_pool(0);
+  a.deallocate(p2, 4000);  // freed with the pool not in use: still back to the pool
+  void* g2 = a.allocate(1000);
+  CHECK(g2 == general);  // the general cache served it, not the pool's free block p1
+  void* g3 = a.allocate(4000);
+  CHECK(g3 != p2);
+  CHECK(dev.calls == 4);
+  a.use_pool(pool, false);  // as during a capture: no raw allocation
+  CHECK(a.allocate(1000) == p1);
+  CHECK(a.allocate(4000) == p2);
+  CHECK_THROWS_WITH_AS(a.allocate(1000), doctest::Contains("private memory pool on fake:0 has no free block"),
+                       PoolExhausted);
+  CHECK(dev.calls == 4);
+  a.use_pool(0);
+  a.empty_cache();  // the general cache only
+  CHECK(dev.live.count(p1) == 1);
+  a.release_pool(pool);  // p1 and p2 are live: they go to the general cache when freed
+  a.deallocate(p1, 1000);
+  a.deallocate(p2, 4000);
+  CHECK(a.stats().pooled == 0);
+  CHECK(a.allocate(4000) == p2);  // from the general cache now
+  a.deallocate(p2, 4000);
+  a.deallocate(g2, 1000);
+  a.deallocate(g3, 4000);
+  // A pool takes a general cached block before calling the raw allocator.
+  const CachingAllocator::PoolId pool2 = a.new_pool();
+  a.use_pool(pool2, false);
+  CHECK(a.allocate(1000) != nullptr);
+  CHECK(dev.calls == 4);
+  a.use_pool(0);
+  a.empty_cache();
+  CHECK(dev.live.count(p2) == 0);
+  CHECK_THROWS_WITH_AS(a.use_pool(pool), doctest::Contains("pool 1 does not exist"), Error);
+}

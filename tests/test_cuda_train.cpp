@@ -416,31 +416,41 @@ TEST_CASE("a checkpoint saved from CUDA parameters loads back equal (CPU and CUD
 }
 
 // The trainer's own steps (batch slicing, the loss watch, the gated optimizer)
-// wait for the device no more than the bench loop's: runs of 3 and of 7 steps
+// wait for the device no more than the bench loop's: runs of 6 and of 10 steps
 // differ by no host wait except the emulator's full-queue ones; and with the
 // allocator's cache warm (a first run, not counted), a run allocates nothing.
-TEST_CASE("charlm train on CUDA: extra steps add no host wait and no allocation (both models)" *
+// With --cuda_graph auto each of the 4 extra steps is one graph launch (the
+// capture, in the third step or soon after, is in both runs).
+TEST_CASE("charlm train on CUDA: extra steps add no host wait and no allocation (both models, graphs on and off)" *
           doctest::skip(!cuda::is_available() || !cuda::counters_available())) {
   TempDir d;
   tcn::test::write_corpus(d.str(), 3000, 600);
-  for (const std::string model : {"tcn", "lstm"}) {
-    INFO("model ", model);
-    cuda::DeviceCounters runs[3];
-    for (int r = 0; r < 3; ++r) {  // r 0 warms the cache
-      charlm::TrainOptions o = small_train_options(d, model, "cuda");
-      o.max_steps = r == 1 ? 3 : 7;
-      o.log_interval = 1000;  // one log line, at the last step, in both runs
-      o.metrics = d.file(model + std::to_string(r) + ".csv");
-      const cuda::DeviceCounters before = cuda::counters();
-      REQUIRE(charlm::run_train(o) == 0);
-      runs[r] = cuda::counters() - before;
+  for (const std::string model : {"tcn", "lstm"})
+    for (const std::string graph : {"auto", "off"}) {
+      INFO("model ", model, ", --cuda_graph ", graph);
+      cuda::DeviceCounters runs[3];
+      for (int r = 0; r < 3; ++r) {  // r 0 warms the cache
+        charlm::TrainOptions o = small_train_options(d, model, "cuda");
+        o.cuda_graph = graph;
+        o.max_steps = r == 1 ? 6 : 10;
+        o.log_interval = 1000;  // one log line, at the last step, in both runs
+        o.metrics = d.file(model + std::to_string(r) + ".csv");
+        const cuda::DeviceCounters before = cuda::counters();
+        REQUIRE(charlm::run_train(o) == 0);
+        runs[r] = cuda::counters() - before;
+      }
+      const cuda::DeviceCounters extra = runs[2] - runs[1];
+      INFO("4 more steps: ", extra.per(1), "; the 10-step run: ", runs[2].per(1));
+      CHECK(extra.host_syncs - extra.queue_waits == 0);
+      CHECK(runs[2].allocations == 0);
+      if (graph == "off") {
+        CHECK(extra.launches > 0);
+        CHECK(extra.graph_launches == 0);
+      } else {
+        CHECK(extra.graph_launches == 4);
+        CHECK(extra.launches == 4 * 2);  // the batch copied into the graph's two input buffers
+      }
     }
-    const cuda::DeviceCounters extra = runs[2] - runs[1];
-    INFO("4 more steps: ", extra.per(1), "; the 7-step run: ", runs[2].per(1));
-    CHECK(extra.host_syncs - extra.queue_waits == 0);
-    CHECK(runs[2].allocations == 0);
-    CHECK(extra.launches > 0);
-  }
 }
 
 TEST_CASE("charlm on CUDA: the first 5 losses equal the CPU's, and a resumed CUDA run continues exactly" *

@@ -97,8 +97,8 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
   const bool device_scalars = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
   const T a_now = device_scalars ? T(0) : *alpha, b_now = device_scalars ? T(0) : *beta;
   const bool tf32 = std::is_same_v<T, float> && (h->math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
-  tcn::emu::count_cublas_call();
   cudaError_t e = tcn::emu::enqueue(h->stream, call, [=] {
+    tcn::emu::count_cublas_call();  // when it runs: a graph's GEMMs count at every replay
     const T a = device_scalars ? *alpha : a_now, b = device_scalars ? *beta : b_now;
     for (int i = 0; i < batch; ++i) {
       const T* Ai = A + i * sa;

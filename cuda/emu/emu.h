@@ -55,7 +55,7 @@ struct Counters {
   uint64_t allocations = 0;     // cudaMalloc calls that succeeded
   uint64_t frees = 0;           // cudaFree calls
   uint64_t bytes_allocated = 0; // device bytes currently allocated by cudaMalloc
-  uint64_t cublas_calls = 0;    // cuBLAS GEMM calls
+  uint64_t cublas_calls = 0;    // cuBLAS GEMMs run (a graph's included)
 };
 Counters counters();
 void reset_counters();

@@ -18,6 +18,13 @@ int device_count() { return 0; }
 std::string unavailable_reason() { return kWhy; }
 Allocator* allocator(int index) { TCN_FAIL("cuda:", index, " requested but ", kWhy); }
 MemoryStats memory_stats(int) { return {}; }
+CachingAllocator* caching_allocator(int index) { TCN_FAIL("cuda:", index, " requested but ", kWhy); }
+Graph::~Graph() = default;
+void Graph::begin_capture(int) { fail(); }
+std::string Graph::end_capture() { fail(); }
+void Graph::launch() { fail(); }
+void Graph::reset() {}
+bool capturing(int) { return false; }
 void copy_host_to_device(void*, const void*, size_t) { fail(); }
 void copy_device_to_host(void*, const void*, size_t) { fail(); }
 void copy_device_to_device(void*, const void*, size_t) { fail(); }

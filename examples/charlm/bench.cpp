@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/autocast.h"
+#include "core/step_graph.h"
 #include "core/threads.h"
 #include "cuda/runtime.h"
 #include "flags.h"
@@ -38,6 +39,7 @@ struct Timing {
   // bench's own wait at the end of each step taken out).
   cuda::DeviceCounters device;
   int64_t counted_steps = 0;
+  std::string graph;  // how the steps ran on CUDA (core/step_graph.h): one graph each, or eagerly and why
 };
 
 // Waits for the device's queued work, so that a host clock read after it
@@ -61,19 +63,30 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   Tensor inp = seq.narrow(1, 0, o.seq_len).contiguous().to(dev);
   Tensor tgt = seq.narrow(1, 1, o.seq_len).contiguous().to(dev);
   const int64_t hist = o.seq_len - o.validseqlen;
+  StepGraph graph(parse_graph_mode(o.cuda_graph), dev, model->parameters());
   std::vector<double> ms;
-  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+  // A CUDA graph is captured in the third step, or a little later when its
+  // memory pool needed another eager step (core/step_graph.h): the warm-up
+  // lasts until the steps are replays (or are known to stay eager).
+  const bool want_graph = dev.is_cuda() && o.cuda_graph != "off";
+  int64_t warmup = want_graph ? std::max<int64_t>(o.warmup, 3) : o.warmup;
+  auto settled = [&] { return !want_graph || graph.replaying() || graph.status().rfind("eager:", 0) == 0; };
+  for (int64_t s = 0; s < warmup + o.steps; ++s) {
+    if (s == warmup && !settled() && warmup < o.warmup + 8) ++warmup;
     std::vector<cpu::GemmCall> calls;
-    if (s == o.warmup && !dev.is_cuda()) cpu::record_gemms(&calls);  // the first timed step: its GEMM FLOPs
+    if (s == warmup && !dev.is_cuda()) cpu::record_gemms(&calls);  // the first timed step: its GEMM FLOPs
     sync(dev);
-    const bool count = dev.is_cuda() && cuda::counters_available() && s >= o.warmup;
+    const bool count = dev.is_cuda() && cuda::counters_available() && s >= warmup;
     const cuda::DeviceCounters c0 = count ? cuda::counters() : cuda::DeviceCounters{};
     auto t0 = Clock::now();
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
-    loss.backward();
-    nn::clip_grad_norm_(model->parameters(), 0.15);
-    opt.step();
+    graph.run(0, [&] {  // on CUDA, from the third step on, one graph launch
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
+      loss.backward();
+      nn::clip_grad_norm_(model->parameters(), 0.15);
+      opt.step();
+      return loss;
+    });
     sync(dev);  // the step's queued work done: the clock covers all of it
     if (count) {
       cuda::DeviceCounters d = cuda::counters() - c0;
@@ -85,12 +98,13 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
     cpu::record_gemms(nullptr);
     for (const auto& c : calls) r.gemm_gflop += c.flops() / 1e9;
     std::fprintf(stderr, "  tcn %s%s step %lld: %.1f ms%s\n", kind.c_str(), label.c_str(), static_cast<long long>(s + 1),
-                 t, s < o.warmup ? " (warmup)" : "");
-    if (s >= o.warmup) ms.push_back(t);
+                 t, s < warmup ? " (warmup)" : "");
+    if (s >= warmup) ms.push_back(t);
   }
   r.median_ms = median(ms);
   r.min_ms = ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end());
   r.params = model->num_parameters();
+  r.graph = graph.status();
   r.ok = true;
   return r;
 }
@@ -147,6 +161,7 @@ int run_bench(const BenchOptions& o, const char*) {
             " must be in [1, --seq_len = ", o.seq_len, "]");
   check("--generate_chars", o.generate_chars, 0, kMaxChars, " (0: skip)");
   TCN_CHECK(o.torch == "auto" || o.torch == "off", "--torch ", o.torch, ": expected auto or off");
+  (void)parse_graph_mode(o.cuda_graph);
   set_num_threads(o.threads);
   const Device dev = resolve_device(o.device);
   std::vector<std::string> kinds = o.model == "both" ? std::vector<std::string>{"tcn", "lstm"}
@@ -270,6 +285,9 @@ int run_bench(const BenchOptions& o, const char*) {
                     cuda::counters_available() ? "the EMULATED device" : dev.str().c_str(),
                     cuda::counters_available() ? r.t.device.per(r.t.counted_steps).c_str()
                                                : "device counters not available on a GPU yet (use nsys)");
+    for (const Row& r : rows)
+      if (r.framework == "tcn" && r.t.ok)
+        std::printf("%s (%s) steps: %s\n", r.kind.c_str(), r.precision.c_str(), r.t.graph.c_str());
   }
   if (kinds.size() == 2 && ours("lstm", "fp32") > 0)
     std::printf("\nTCN step / LSTM step (tcn framework, fp32, fastest rows): %.2f\n",

@@ -18,6 +18,7 @@ struct BenchOptions {
   std::string device = "cpu";  // cpu, cuda[:N] or auto: where both frameworks' training steps run
   std::string cpu_gemm = "both";  // CPU steps timed with oneDNN and OpenBLAS GEMMs (both), or one of them
   std::string precision = "both";  // fp32, bf16 or both: our steps (and PyTorch's) in each
+  std::string cuda_graph = "auto";  // on CUDA: each step one graph launch after the warm-up (core/step_graph.h)
   int64_t steps = 5, warmup = 1, batch_size = 32, seq_len = 400, validseqlen = 320, generate_chars = 200;
   int threads = 2;
 };

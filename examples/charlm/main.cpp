@@ -83,6 +83,11 @@ int main(int argc, char** argv) {
   train->add_flag("--debug_sync", t.debug_sync,
                   "wait for the device after every step, so a bad loss or index is reported at its own step "
                   "(default: at the next log line, evaluation or save)");
+  train->add_option("--cuda_graph", t.cuda_graph,
+                    "on CUDA, capture the training step once as a CUDA graph and replay it: auto (eager, with the "
+                    "reason, when it cannot be captured), on (an error then) or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   train->add_option("--eval_interval", t.eval_interval, "also report valid bpc every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
   train->add_option("--save_every", t.save_every, "also write the latest state every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
 
@@ -125,6 +130,9 @@ int main(int argc, char** argv) {
                     "fp32, bf16 (CPU), tf32 (CUDA) or both (fp32 and the device's reduced precision): a row each")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "both"}));
+  bench->add_option("--cuda_graph", b.cuda_graph, "on CUDA, our steps as one CUDA graph each: auto, on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   bench->add_option("--cpu_gemm", b.cpu_gemm, "CPU GEMMs for our steps: both (a row each), onednn or openblas")
       ->capture_default_str()
       ->check(CLI::IsMember({"both", "onednn", "openblas"}));

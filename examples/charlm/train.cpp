@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "core/autocast.h"
+#include "core/step_graph.h"
 #include "core/files.h"
 #include "core/threads.h"
 #include "cuda/runtime.h"
@@ -493,6 +494,17 @@ int run_train(TrainOptions o) {
   // at each log line, before every evaluation, save and exit, and after every
   // step with --debug_sync; a bad loss then stops the run naming its step.
   nn::LossWatch watch(device);
+  // On CUDA the step is captured once as a graph and replayed (core/step_graph.h).
+  // The graph reads its batch from two fixed buffers, which each full-length
+  // window is copied into; a shorter last window runs eagerly.
+  StepGraph graph(parse_graph_mode(o.cuda_graph), device, model->parameters());
+  const bool graphed = device.is_cuda() && o.cuda_graph != "off";
+  Tensor static_inp, static_tgt;
+  if (graphed) {
+    static_inp = empty({train_src.size(0), o.seq_len}, train_src.options());
+    static_tgt = empty({train_src.size(0), o.seq_len}, train_src.options());
+  }
+  bool said_graph = false;
   std::vector<std::pair<int64_t, int64_t>> unread;  // (epoch, batch) of each step since the last read
   double last_loss = 0;
   auto settle = [&] {
@@ -528,15 +540,33 @@ int run_train(TrainOptions o) {
         stop = true;
         break;
       }
-      auto [inp, tgt] = get_batch(train_src, wins[bi]);
-      const int64_t scored = wins[bi].len - hist;
-      opt->zero_grad();
-      Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
-      Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
-      loss.backward();
-      if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
-      watch.add(loss, st.step + 1);
-      opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
+      const Window& w = wins[bi];
+      Tensor inp, tgt;
+      int64_t key = -1;  // the shapes and buffers the step reads: only full windows in the static buffers replay
+      if (graphed && w.len == o.seq_len) {
+        copy_(static_inp, train_src.narrow(1, w.start, w.len));
+        copy_(static_tgt, train_src.narrow(1, w.start + 1, w.len));
+        inp = static_inp;
+        tgt = static_tgt;
+        key = w.len;
+      } else {
+        std::tie(inp, tgt) = get_batch(train_src, w);
+      }
+      const int64_t scored = w.len - hist;
+      graph.run(key, [&] {
+        opt->zero_grad();
+        Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
+        Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
+        loss.backward();
+        if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
+        watch.add(loss, st.step + 1);
+        opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
+        return loss;
+      });
+      if (graphed && !said_graph && (graph.replaying() || graph.status().rfind("eager:", 0) == 0)) {
+        say("cuda graph: %s\n", graph.status().c_str());
+        said_graph = true;
+      }
       st.step++;
       st.next_batch = bi + 1;
       unread.emplace_back(st.epoch, bi + 1);

@@ -29,6 +29,7 @@ struct TrainOptions {
   bool quiet = false;                              // no progress or log lines on stdout (tests); the CSV is still written
   std::string precision = "fp32";                  // fp32 or bf16 (mixed precision: core/autocast.h)
   bool debug_sync = false;                         // read the loss watch every step (errors at their step)
+  std::string cuda_graph = "auto";                 // auto, on or off: the CUDA step as one graph (core/step_graph.h)
 };
 
 int run_train(TrainOptions opts);

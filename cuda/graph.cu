@@ -1,0 +1,61 @@
+// cuda::Graph (cuda/runtime.h): stream capture of one device's stream into a
+// CUDA graph, and its launch.
+#include "cuda/context.cuh"
+#include "cuda/runtime.h"
+
+namespace tcn::cuda {
+
+Graph::~Graph() { reset(); }
+
+void Graph::reset() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  exec_ = graph_ = nullptr;
+  nodes_ = 0;
+}
+
+void Graph::begin_capture(int device) {
+  reset();
+  device_ = device;
+  // Global mode: an unsafe call from any thread (a cudaMalloc, a synchronous
+  // copy) fails the capture instead of silently escaping it.
+  CUDA_CHECK(cudaStreamBeginCapture(stream(device), cudaStreamCaptureModeGlobal));
+}
+
+std::string Graph::end_capture() {
+  cudaGraph_t g = nullptr;
+  cudaError_t e = cudaStreamEndCapture(stream(device_), &g);
+  if (e != cudaSuccess) {
+    std::string why = cudaGetErrorString(e);
+    cudaGetLastError();  // not sticky: the device is usable
+    if (g) cudaGraphDestroy(g);
+    return why;
+  }
+  graph_ = g;
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  nodes_ = n;
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, g, 0);
+  if (e != cudaSuccess) {
+    std::string why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+    cudaGetLastError();
+    reset();
+    return why;
+  }
+  exec_ = exec;
+  return "";
+}
+
+void Graph::launch() {
+  TCN_CHECK(exec_, "cuda::Graph::launch: no graph captured");
+  CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream(device_)));
+}
+
+bool capturing(int device) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream(device), &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace tcn::cuda
