@@ -148,9 +148,12 @@ TEST_CASE("private pools: their blocks come back to them, never to the general c
   // A pool takes a general cached block before calling the raw allocator.
   const CachingAllocator::PoolId pool2 = a.new_pool();
   a.use_pool(pool2, false);
-  CHECK(a.allocate(1000) != nullptr);
+  void* p3 = a.allocate(1000);
+  CHECK(p3 != nullptr);
   CHECK(dev.calls == 4);
   a.use_pool(0);
+  a.release_pool(pool2);
+  a.deallocate(p3, 1000);
   a.empty_cache();
   CHECK(dev.live.count(p2) == 0);
   CHECK_THROWS_WITH_AS(a.use_pool(pool), doctest::Contains("pool 1 does not exist"), Error);
