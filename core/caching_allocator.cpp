@@ -74,12 +74,16 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
     stats_.pooled -= b.size;
     it->second.pool = 0;
   }
-  if (stats_.cached + b.size <= max_cached_) {
-    free_.emplace(b.size, ptr);
-    stats_.cached += b.size;
+  cache_or_free(ptr, b.size);
+}
+
+void CachingAllocator::cache_or_free(void* p, size_t size) {
+  if (stats_.cached + size <= max_cached_) {
+    free_.emplace(size, p);
+    stats_.cached += size;
   } else {
-    blocks_.erase(it);
-    raw_free_(ptr);
+    blocks_.erase(p);
+    raw_free_(p);
   }
 }
 
@@ -106,13 +110,7 @@ void CachingAllocator::release_pool(PoolId pool) {
     stats_.pooled -= size;
     stats_.cached -= size;
     blocks_.at(p).pool = 0;
-    if (stats_.cached + size <= max_cached_) {
-      free_.emplace(size, p);
-      stats_.cached += size;
-    } else {
-      blocks_.erase(p);
-      raw_free_(p);
-    }
+    cache_or_free(p, size);
   }
   if (active_ == pool) {
     active_ = 0;

@@ -76,6 +76,8 @@ class CachingAllocator final : public Allocator {
 
  private:
   void release_all_cached();  // caller holds mu_
+  // Keeps a freed general block in the cache, or frees it past max_cached (caller holds mu_).
+  void cache_or_free(void* p, size_t size);
   using FreeList = std::multimap<size_t, void*>;
   // The block of `size` (rounded) from `list`, or nullptr (caller holds mu_).
   static void* take(FreeList& list, size_t size);

@@ -89,12 +89,11 @@ Tensor StepGraph::run(int64_t key, const std::function<Tensor()>& body) {
     keyed_ = true;
   }
   if (key != key_) return body();
-  if (eager_steps_ == 2) return eager(body, true);  // fills the pool
+  if (eager_steps_ == 2) return eager_in_pool(body);  // fills the pool
   return capture(body);
 }
 
-Tensor StepGraph::eager(const std::function<Tensor()>& body, bool in_pool) {
-  if (!in_pool) return body();
+Tensor StepGraph::eager_in_pool(const std::function<Tensor()>& body) {
   CachingAllocator* alloc = cuda::caching_allocator(device_.index);
   alloc->use_pool(pool_, true);
   try {
@@ -109,10 +108,7 @@ Tensor StepGraph::eager(const std::function<Tensor()>& body, bool in_pool) {
 
 Tensor StepGraph::capture(const std::function<Tensor()>& body) {
   CachingAllocator* alloc = cuda::caching_allocator(device_.index);
-  ++attempts_;
-  draws_->entries.clear();
-  before_.clear();
-  after_.clear();
+  ++attempts_;  // hooks and draws are empty: a failed attempt cleared its own
   cuda::synchronize();  // a pending device-side error belongs to the steps before, not to the capture
   std::string error;
   bool exhausted = false;
@@ -147,7 +143,7 @@ Tensor StepGraph::capture(const std::function<Tensor()>& body) {
   after_.clear();
   draws_->entries.clear();
   out = Tensor();
-  if (exhausted && attempts_ < kMaxAttempts) return eager(body, true);  // grows the pool; capture again next step
+  if (exhausted && attempts_ < kMaxAttempts) return eager_in_pool(body);  // grows the pool; capture again next step
   fail(error.empty() ? why : error + (why.empty() ? "" : " (" + why + ")"));
   return body();
 }

@@ -72,7 +72,10 @@ class StepGraph {
   // the first steady step; a step with another key runs eagerly.
   Tensor run(int64_t key, const std::function<Tensor()>& body);
 
+  bool enabled() const { return mode_ != GraphMode::Off; }  // a CUDA device and a mode other than off
   bool replaying() const;        // a graph is captured and in use
+  // Warm-up over: steps with the captured key are replays, or stay eager for good.
+  bool settled() const { return !enabled() || failed_ || replaying(); }
   const std::string& status() const { return status_; }  // one line: captured (how big) or why eager
   size_t graph_nodes() const;    // the captured graph's kernels, copies and GEMMs (0 before)
 
@@ -96,7 +99,7 @@ class StepGraph {
  private:
   struct Draws;
   Tensor replay();
-  Tensor eager(const std::function<Tensor()>& body, bool in_pool);
+  Tensor eager_in_pool(const std::function<Tensor()>& body);
   Tensor capture(const std::function<Tensor()>& body);
   void fail(const std::string& why);
 

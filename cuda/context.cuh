@@ -40,6 +40,12 @@ struct DeviceStatus {
 // The status block of `device` (a pointer the device and the host both use).
 DeviceStatus* device_status(int device);
 
+// The address of a float64 device scalar read by a kernel (the optimizer's gate
+// and learning rate, a captured step's Philox base), or nullptr when undefined.
+inline const double* scalar_ptr(const Tensor& s) {
+  return s.defined() ? static_cast<const double*>(s.raw_data()) : nullptr;
+}
+
 // Launch geometry for n independent elements.
 inline unsigned grid_for(int64_t n, int block) {
   int64_t g = (n + block - 1) / block;

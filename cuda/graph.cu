@@ -52,10 +52,4 @@ void Graph::launch() {
   CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream(device_)));
 }
 
-bool capturing(int device) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream(device), &st));
-  return st != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace tcn::cuda

@@ -371,19 +371,13 @@ void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, 
   CUDA_CHECK(cudaGetLastError());
 }
 
-namespace {
-const double* base_ptr(const Tensor& base) {
-  return base.defined() ? static_cast<const double*>(base.raw_data()) : nullptr;
-}
-}  // namespace
-
 void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base,
                      bool relu) {
   const int64_t n = x.numel();
   if (n == 0) return;
   dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(x.device().index), dropout_fwd_kernel<T>)(
-        static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, base_ptr(base), dropout_threshold(p),
+        static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, scalar_ptr(base), dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0), relu);
   });
   CUDA_CHECK(cudaGetLastError());
@@ -396,7 +390,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
   dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(g.device().index), dropout_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()),
-        y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, base_ptr(base), dropout_threshold(p),
+        y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, scalar_ptr(base), dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
   });
   CUDA_CHECK(cudaGetLastError());

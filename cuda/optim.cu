@@ -197,8 +197,6 @@ int64_t set_tensor(Many<T>& m, const Tensor& t) {
   return t.numel();
 }
 
-// A float64 device scalar's address (nullptr when undefined): the gate, the learning rate.
-const double* scalar_ptr(const Tensor& gate) { return gate.defined() ? static_cast<const double*>(gate.raw_data()) : nullptr; }
 
 }  // namespace
 

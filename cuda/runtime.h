@@ -66,8 +66,6 @@ class Graph {
   int device_ = -1;
   size_t nodes_ = 0;
 };
-// Whether the stream of `device` is being captured now.
-bool capturing(int device);
 
 // Copies between host and device memory: synchronous cudaMemcpy on the legacy
 // default stream, which orders them with tcn's streams (created blocking).

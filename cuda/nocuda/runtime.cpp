@@ -24,7 +24,6 @@ void Graph::begin_capture(int) { fail(); }
 std::string Graph::end_capture() { fail(); }
 void Graph::launch() { fail(); }
 void Graph::reset() {}
-bool capturing(int) { return false; }
 void copy_host_to_device(void*, const void*, size_t) { fail(); }
 void copy_device_to_host(void*, const void*, size_t) { fail(); }
 void copy_device_to_device(void*, const void*, size_t) { fail(); }

@@ -68,11 +68,9 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   // A CUDA graph is captured in the third step, or a little later when its
   // memory pool needed another eager step (core/step_graph.h): the warm-up
   // lasts until the steps are replays (or are known to stay eager).
-  const bool want_graph = dev.is_cuda() && o.cuda_graph != "off";
-  int64_t warmup = want_graph ? std::max<int64_t>(o.warmup, 3) : o.warmup;
-  auto settled = [&] { return !want_graph || graph.replaying() || graph.status().rfind("eager:", 0) == 0; };
+  int64_t warmup = graph.enabled() ? std::max<int64_t>(o.warmup, 3) : o.warmup;
   for (int64_t s = 0; s < warmup + o.steps; ++s) {
-    if (s == warmup && !settled() && warmup < o.warmup + 8) ++warmup;
+    if (s == warmup && !graph.settled() && warmup < o.warmup + 8) ++warmup;
     std::vector<cpu::GemmCall> calls;
     if (s == warmup && !dev.is_cuda()) cpu::record_gemms(&calls);  // the first timed step: its GEMM FLOPs
     sync(dev);

@@ -498,7 +498,7 @@ int run_train(TrainOptions o) {
   // The graph reads its batch from two fixed buffers, which each full-length
   // window is copied into; a shorter last window runs eagerly.
   StepGraph graph(parse_graph_mode(o.cuda_graph), device, model->parameters());
-  const bool graphed = device.is_cuda() && o.cuda_graph != "off";
+  const bool graphed = graph.enabled();
   Tensor static_inp, static_tgt;
   if (graphed) {
     static_inp = empty({train_src.size(0), o.seq_len}, train_src.options());
@@ -563,7 +563,7 @@ int run_train(TrainOptions o) {
         opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
         return loss;
       });
-      if (graphed && !said_graph && (graph.replaying() || graph.status().rfind("eager:", 0) == 0)) {
+      if (graphed && !said_graph && graph.settled()) {
         say("cuda graph: %s\n", graph.status().c_str());
         said_graph = true;
       }
