@@ -1,6 +1,7 @@
 #include "autograd/tape.h"
 
 #include "core/autocast.h"
+#include "core/profile.h"
 #include "ops/ops.h"
 
 namespace tcn::autograd {
@@ -19,6 +20,7 @@ struct Node {
   std::vector<Slot> outputs;
   BackwardFn backward;
   Precision precision;  // the autocast setting at record time; backward runs under it
+  profile::ModuleTag module;  // where it was recorded, while a profiler records: its backward is charged there
 };
 
 struct Tape {
@@ -73,7 +75,7 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
 
 void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
   Tape& tp = tape();
-  Node node{name, {}, {}, std::move(backward), autocast_precision()};
+  Node node{name, {}, {}, std::move(backward), autocast_precision(), profile::current_module()};
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (t.defined() && t.requires_grad() && !t.is_leaf())
@@ -116,6 +118,7 @@ void backward(const Tensor& root, const Tensor& grad) {
 
   AutogradMeta& root_meta = *root.impl().autograd;
   NoGrad no_grad;  // backward closures record nothing
+  const profile::PhaseScope phase(profile::Phase::Backward);
   if (root_meta.is_leaf) {
     accumulate(root_meta, seed);
     return;
@@ -159,6 +162,8 @@ void backward(const Tensor& root, const Tensor& grad) {
     TensorList grad_in;
     {
       Autocast precision(node.precision);
+      const profile::ModuleScope module(node.module);  // the profile charges it to the op's module
+      const profile::Op op(node.name);
       grad_in = node.backward(grad_out);
     }
     node.backward = nullptr;  // frees the saved tensors now

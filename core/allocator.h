@@ -19,6 +19,8 @@ struct MemoryStats;
 Allocator* cpu_allocator();
 // Bytes in use, peak, cached, for the CPU or a CUDA device (core/caching_allocator.h).
 MemoryStats memory_stats(Device device);
+// Sets the peak of memory_stats(device) to what is in use now.
+void reset_peak_memory(Device device);
 // The allocator of `device`; throws tcn::Error when the device is not usable.
 Allocator* allocator_for(Device device);
 

@@ -1,6 +1,7 @@
 #include "core/step_graph.h"
 
 #include "autograd/tape.h"
+#include "core/profile.h"
 #include "cuda/runtime.h"
 #include "ops/ops.h"
 
@@ -82,6 +83,9 @@ StepGraph::Philox StepGraph::philox(Generator& gen, uint64_t n) {
 
 Tensor StepGraph::run(int64_t key, const std::function<Tensor()>& body) {
   if (mode_ == GraphMode::Off || failed_) return body();
+  // A profiled step runs eagerly: the profiler times each op between its own
+  // launches, which a graph replays as one. The warm-up does not count it.
+  if (profile::active()) return body();
   if (replaying()) return key == key_ ? replay() : body();
   if (++eager_steps_ == 1) return body();  // optimizer state and device scalars made outside the pool
   if (!keyed_) {

@@ -38,7 +38,8 @@
 // outside the pool) makes the capture fail; with GraphMode::Auto the step then
 // runs eagerly from there on, and status() says why.
 //
-// On the CPU, and with GraphMode::Off, run() just calls the body.
+// On the CPU, and with GraphMode::Off, run() just calls the body; so it does
+// while a profiler records (core/profile.h): profiled steps run eagerly.
 #pragma once
 
 #include <functional>

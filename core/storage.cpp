@@ -22,6 +22,11 @@ MemoryStats memory_stats(Device device) {
   return cuda::memory_stats(device.index);
 }
 
+void reset_peak_memory(Device device) {
+  if (device.is_cpu()) return static_cast<CachingAllocator*>(cpu_allocator())->reset_peak();
+  cuda::caching_allocator(device.index)->reset_peak();
+}
+
 Allocator* allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   return cuda::allocator(device.index);

@@ -2,6 +2,7 @@
 // product C = A B is the column-major product C^T = B^T A^T, so the operands
 // are passed swapped with the same leading dimensions, and a row-major
 // transposed view is simply CUBLAS_OP_T.
+#include "core/profile.h"
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
 #include "ops/gemm_layout.h"
@@ -10,6 +11,8 @@ namespace tcn::cuda {
 
 void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
+  profile::add_flops(2.0 * static_cast<double>(B) * static_cast<double>(M) * static_cast<double>(N) *
+                     static_cast<double>(K));
   GemmOperands g = gemm_operands(a_in, b_in);
   const Tensor &a = g.a, &b = g.b;
   const cublasOperation_t opa = g.la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -29,6 +32,7 @@ void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 
 void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
+  profile::add_flops(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
   // Column-major view: C^T [N, M] = op(B)^T op(A)^T.
   cublasHandle_t h = cublas(device);
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

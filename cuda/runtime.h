@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/caching_allocator.h"
@@ -66,6 +67,33 @@ class Graph {
   int device_ = -1;
   size_t nodes_ = 0;
 };
+
+// Timing marks on a device's stream, for the profiler (core/profile.h). mark()
+// records an event on the stream where the work stands now (no host wait);
+// collect() waits for the stream, after which ms(m) is the device's time from
+// construction to mark m. Events are reused once collected, so a long profile
+// holds only one step's worth.
+class EventTimer {
+ public:
+  explicit EventTimer(int device);
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  int32_t mark();
+  void collect();
+  double ms(int32_t mark) const { return ms_.at(static_cast<size_t>(mark)); }
+
+ private:
+  int device_;
+  void* origin_ = nullptr;          // cudaEvent_t
+  std::vector<void*> pending_;      // events of the marks from ms_.size() on
+  std::vector<void*> free_;         // collected, ready to record again
+  std::vector<double> ms_;
+};
+// NVTX ranges (Nsight Systems shows them on the host timeline); no-ops on the
+// emulated device.
+void nvtx_push(const char* name);
+void nvtx_pop();
 
 // Copies between host and device memory: synchronous cudaMemcpy on the legacy
 // default stream, which orders them with tcn's streams (created blocking).

@@ -50,6 +50,7 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, Options opts) {
 Tensor Linear::effective_weight() const { return weight_v.defined() ? weight_norm(weight_v, weight_g) : weight; }
 
 Tensor Linear::forward(const Tensor& x) const {
+  const auto scope = profile_scope();
   TCN_CHECK(x.dim() >= 1 && x.size(-1) == (weight_v.defined() ? weight_v : weight).size(1), "Linear: input ",
             x.shape(), " does not end in ", (weight_v.defined() ? weight_v : weight).size(1), " features");
   Tensor y = matmul(x, effective_weight().t());
@@ -81,6 +82,7 @@ int64_t Conv1d::left_pad() const {
 Tensor Conv1d::effective_weight() const { return weight_v.defined() ? weight_norm(weight_v, weight_g) : weight; }
 
 Tensor Conv1d::forward(const Tensor& x) const {
+  const auto scope = profile_scope();
   return conv1d(x, effective_weight(), bias, opts.dilation, left_pad());
 }
 
@@ -100,6 +102,7 @@ LSTM::LSTM(int64_t input, int64_t h, int64_t n, Generator& gen) : input_size(inp
 }
 
 std::pair<Tensor, LSTM::State> LSTM::forward(const Tensor& x, const std::optional<State>& state) const {
+  const auto scope = profile_scope();
   TCN_CHECK(x.dim() == 3 && x.size(2) == input_size, "LSTM: input must be [batch, time, ", input_size, "], got ",
             x.shape());
   const int64_t B = x.size(0), T = x.size(1);

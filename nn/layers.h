@@ -18,7 +18,10 @@ Tensor norm_except_dim0(const Tensor& v);
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Generator& gen);
-  Tensor forward(const Tensor& idx) const { return gather_rows(weight, idx); }
+  Tensor forward(const Tensor& idx) const {
+    const auto scope = profile_scope();
+    return gather_rows(weight, idx);
+  }
   Tensor weight;
 };
 
@@ -71,9 +74,15 @@ class Dropout : public Module {
   Dropout(double p, Generator& gen) : p(p), gen_(&gen) {
     TCN_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability must be in [0, 1], got ", p);
   }
-  Tensor forward(const Tensor& x) const { return is_training() && p > 0 ? dropout(x, p, *gen_) : x; }
+  Tensor forward(const Tensor& x) const {
+    const auto scope = profile_scope();
+    return is_training() && p > 0 ? dropout(x, p, *gen_) : x;
+  }
   // forward(relu(x)), with the two fused in training mode.
-  Tensor forward_relu(const Tensor& x) const { return is_training() && p > 0 ? relu_dropout(x, p, *gen_) : relu(x); }
+  Tensor forward_relu(const Tensor& x) const {
+    const auto scope = profile_scope();
+    return is_training() && p > 0 ? relu_dropout(x, p, *gen_) : relu(x);
+  }
   double p;
 
  private:

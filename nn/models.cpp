@@ -21,6 +21,7 @@ TemporalBlock::TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t di
 }
 
 Tensor TemporalBlock::forward(const Tensor& x, int64_t x_start, int64_t out_start) const {
+  const auto scope = profile_scope();
   const int64_t T = x_start + x.size(1), s = span();
   TCN_CHECK(x_start == 0 ? out_start >= 0 : out_start >= x_start + 2 * s, "TemporalBlock: outputs from ", out_start,
             " need inputs from ", std::max<int64_t>(0, out_start - 2 * s), ", x starts at ", x_start);
@@ -43,6 +44,7 @@ TemporalConvNet::TemporalConvNet(int64_t inputs, const std::vector<int64_t>& cha
 }
 
 Tensor TemporalConvNet::forward(const Tensor& x, int64_t keep_last) const {
+  const auto scope = profile_scope();
   const auto& blocks = network->items();
   const int64_t T = x.size(1);
   // Where each level's output must start, from the top down.
@@ -184,6 +186,7 @@ TCNCharLM::TCNCharLM(const TCNConfig& c, uint64_t seed) : cfg(c) {
 }
 
 Tensor TCNCharLM::forward(const Tensor& tokens, int64_t keep_last) {
+  const auto scope = profile_scope();
   TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "TCN: tokens must be int64 [batch, time], got ",
             tokens.dtype(), " ", tokens.shape());
   // Only the positions the kept outputs can see are embedded and convolved.
@@ -206,6 +209,7 @@ LSTMCharLM::LSTMCharLM(const LSTMConfig& c, uint64_t seed) : cfg(c) {
 }
 
 Tensor LSTMCharLM::forward(const Tensor& tokens, int64_t keep_last) {
+  const auto scope = profile_scope();
   TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "LSTM: tokens must be int64 [batch, time], got ",
             tokens.dtype(), " ", tokens.shape());
   Tensor emb = encoder->forward(tokens);

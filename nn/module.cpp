@@ -28,6 +28,13 @@ void Module::collect(const std::string& prefix, NamedTensors& out, std::vector<c
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, seen);
 }
 
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out{{"", this}};
+  for (const auto& [name, child] : children_)
+    for (auto& [path, m] : child->named_modules()) out.emplace_back(path.empty() ? name : name + "." + path, m);
+  return out;
+}
+
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/profile.h"
 #include "ops/ops.h"
 
 namespace tcn::nn {
@@ -35,6 +36,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
+  // This module and every sub-module, depth first, with dotted paths ("" for
+  // this one, then "tcn", "tcn.network", "tcn.network.0", ...).
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;
   // Every parameter once, in registration order (depth first), with dotted names.
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
@@ -50,6 +54,10 @@ class Module {
   void to(DType dtype);
 
  protected:
+  // Opened first thing in every forward, so that a profiler (nn/profiler.h)
+  // charges the ops inside, and their backward, to this module:
+  //   Tensor forward(const Tensor& x) const { const auto scope = profile_scope(); ... }
+  profile::ModuleScope profile_scope() const { return profile::ModuleScope(this, typeid(*this)); }
   Tensor register_parameter(const std::string& name, Tensor t);
   // Registers a parameter owned by another module (weight tying); not re-initialised, listed once.
   void register_shared_parameter(const std::string& name, const Tensor& t);

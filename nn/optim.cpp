@@ -10,6 +10,10 @@
 namespace tcn::nn {
 
 namespace {
+double param_bytes(const Tensor& p) {
+  return static_cast<double>(p.numel()) * static_cast<double>(dtype_size(p.dtype()));
+}
+
 // Element loops over a contiguous CPU parameter, its gradient and state tensors.
 template <class F>
 void for_each_element(const Tensor& p, F f) {
@@ -77,6 +81,8 @@ void Optimizer::refresh_lr(size_t k) {
 }
 
 void Optimizer::zero_grad() const {
+  const profile::PhaseScope phase(profile::Phase::Optimizer);
+  const profile::Op range("zero_grad");
   for (const Tensor& p : params_) p.zero_grad();
 }
 
@@ -106,6 +112,8 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
 
 void SGD::step(const Tensor& gate) {
   autograd::NoGrad ng;
+  const profile::PhaseScope phase(profile::Phase::Optimizer);
+  const profile::Op range("sgd_step");
   if (gate_closed_on_host(gate, params_)) return;
   std::vector<cuda::SgdParam> on_gpu;  // updated together, one launch per 32
   auto flush = [&](const std::vector<cuda::SgdParam>& batch) {
@@ -115,6 +123,7 @@ void SGD::step(const Tensor& gate) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    profile::add_bytes(param_bytes(p) * (momentum != 0 ? 5 : 3));  // w read and written, g read (+ the buffer)
     // A buffer that a gated-off step left at zero gives the same update either way.
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
     // A replay cannot start a buffer: the kernel's `first` is fixed when captured.
@@ -169,6 +178,8 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
 
 void Adam::step(const Tensor& gate) {
   autograd::NoGrad ng;
+  const profile::PhaseScope phase(profile::Phase::Optimizer);
+  const profile::Op range("adam_step");
   if (gate_closed_on_host(gate, params_)) return;
   std::vector<cuda::AdamParam> on_gpu;  // updated together, two launches per 32
   auto flush = [&](const std::vector<cuda::AdamParam>& batch) {
@@ -179,6 +190,7 @@ void Adam::step(const Tensor& gate) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    profile::add_bytes(param_bytes(p) * 7);  // w, m, v read and written, g read
     if (p.device().is_cuda()) {  // the step count is on the device: the kernel computes the bias corrections
       add_to_batch(on_gpu, cuda::AdamParam{p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1)}, flush);
       continue;
@@ -220,6 +232,8 @@ NamedTensors Adam::state() const {
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   TCN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   autograd::NoGrad ng;
+  const profile::PhaseScope phase(profile::Phase::Optimizer);
+  const profile::Op range("clip_grad_norm");
   // On a GPU, when the gradients allow it (contiguous, one dtype and device):
   // a few multi-tensor launches instead of four per gradient.
   std::vector<Tensor> grads;
@@ -263,6 +277,8 @@ LossWatch::LossWatch(Device device) : w_(zeros({5}, {DType::F64, device})) {
 }
 
 void LossWatch::add(const Tensor& loss, int64_t step) {
+  const profile::PhaseScope phase(profile::Phase::Optimizer);  // it gates the update
+  const profile::Op range("loss_watch");
   TCN_CHECK(loss.defined() && loss.numel() == 1 && is_floating(loss.dtype()), "LossWatch: the loss must be a float scalar");
   TCN_CHECK(loss.device() == w_.device(), "LossWatch: the loss is on ", loss.device(), ", the watch on ", w_.device());
   if (StepGraph* g = StepGraph::capturing()) {

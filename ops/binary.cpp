@@ -18,6 +18,7 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f, cud
   check_same_dtype(op, a, b);
   check_float(op, a);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.options());
+  profile::add_bytes(nbytes(a) + nbytes(b) + nbytes(out));
   if (a.device().is_cuda()) {
     TCN_CUDA_OP(op, cuda::binary(cuda_op, out, a, b));
     return out;
@@ -29,6 +30,7 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f, cud
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  const profile::Op range("add");
   Tensor out = binary_forward("add", a, b, fn::Add{}, cuda::BinaryOp::Add);
   if (autograd::needs_grad({a, b}))
     autograd::record("add", {a, b}, {out}, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
@@ -38,6 +40,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  const profile::Op range("sub");
   Tensor out = binary_forward("sub", a, b, fn::Sub{}, cuda::BinaryOp::Sub);
   if (autograd::needs_grad({a, b}))
     autograd::record("sub", {a, b}, {out}, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
@@ -47,6 +50,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  const profile::Op range("mul");
   Tensor out = binary_forward("mul", a, b, fn::Mul{}, cuda::BinaryOp::Mul);
   if (autograd::needs_grad({a, b})) {
     // Keep each factor only if the other one needs its gradient.
@@ -61,6 +65,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  const profile::Op range("div");
   Tensor out = binary_forward("div", a, b, fn::Div{}, cuda::BinaryOp::Div);
   if (autograd::needs_grad({a, b})) {
     bool need_b = b.requires_grad();

@@ -5,6 +5,7 @@
 namespace tcn {
 
 Tensor cat(const TensorList& xs, int64_t dim_in) {
+  const profile::Op range("cat");
   TCN_CHECK(!xs.empty(), "cat: needs at least one tensor");
   for (const Tensor& x : xs) check_defined("cat", x);
   const Tensor& first = xs[0];
@@ -43,6 +44,7 @@ Tensor cat(const TensorList& xs, int64_t dim_in) {
 }
 
 Tensor stack(const TensorList& xs, int64_t dim) {
+  const profile::Op range("stack");
   TCN_CHECK(!xs.empty(), "stack: needs at least one tensor");
   int64_t d = wrap_dim(dim, xs[0].dim() + 1, "stack");
   TensorList parts;

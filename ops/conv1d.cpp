@@ -111,6 +111,7 @@ Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype) {
 }  // namespace
 
 Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t dilation, int64_t left_pad) {
+  const profile::Op range("conv1d");
   check_defined("conv1d", x_in);
   check_defined("conv1d", w, "weight");
   TCN_CHECK(x_in.dim() == 3, "conv1d: input must be [batch, time, channels], got ", x_in.shape());

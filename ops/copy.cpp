@@ -52,6 +52,8 @@ void convert_cpu(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
+  const profile::Op range("copy_");
+  profile::add_bytes(2 * nbytes(dst));
   check_defined("copy_", dst, "destination");
   check_defined("copy_", src, "source");
   TCN_CHECK(!(dst.requires_grad() && autograd::grad_enabled()), "copy_: in-place update of a tensor that requires grad (shape ",
@@ -103,6 +105,7 @@ Tensor contiguous(const Tensor& x) {
 }
 
 Tensor to_device(const Tensor& x, Device device) {
+  const profile::Op range("to_device");
   check_defined("to", x);
   if (x.device() == device) return x;
   Tensor out = empty(x.shape(), {x.dtype(), device});
@@ -115,6 +118,7 @@ Tensor to_device(const Tensor& x, Device device) {
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
+  const profile::Op range("to_dtype");
   check_defined("to", x);
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), {dtype, x.device()});

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 #if TCN_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -84,6 +85,21 @@ OneDNN& onednn() {
   return *o;
 }
 
+// oneDNN 2.x implements a bf16 matmul only on CPUs with AVX-512 (avx512_core;
+// native dot products need avx512_bf16); elsewhere creating one fails with
+// "unimplemented". Asked once, on a 1x1x1 product.
+bool probe_onednn_bf16() {
+  try {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    const md a({1, 1}, dt::bf16, dnnl::memory::dims{1, 1}), c({1, 1}, dt::f32, dnnl::memory::dims{1, 1});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), onednn().engine);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 // A and B are float or bfloat16 (In), C float.
 template <class In>
 void onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
@@ -120,6 +136,15 @@ GemmLibrary default_library() {
 }  // namespace
 
 bool onednn_available() { return TCN_WITH_ONEDNN != 0; }
+
+bool onednn_bf16_available() {
+#if TCN_WITH_ONEDNN
+  static const bool ok = probe_onednn_bf16();
+  return ok;
+#else
+  return false;
+#endif
+}
 
 GemmLibrary parse_gemm_library(const std::string& name) {
   if (name == "openblas") return GemmLibrary::OpenBLAS;
@@ -176,6 +201,7 @@ T fold_bias(int64_t M, int64_t N, T beta, T* C, int64_t ldc, const T* bias) {
 template <class Body>
 void timed(bool ta, bool tb, bool bf16, bool bias, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
            int64_t ldc, float beta, Body&& body) {
+  profile::add_flops(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
   if (!g_sink) return body();
   const auto t0 = std::chrono::steady_clock::now();
   body();
@@ -203,10 +229,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, 
   if (trivial(M, N, K, beta, C, ldc, bias)) return;
   timed(ta, tb, true, bias != nullptr, M, N, K, lda, ldb, ldc, beta, [&] {
 #if TCN_WITH_ONEDNN
-    if (gemm_library() == GemmLibrary::OneDNN)
+    if (gemm_library() == GemmLibrary::OneDNN && onednn_bf16_available())
       return onednn_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
 #endif
-    // Widen the stored arrays (rows x ld each) and multiply in float32.
+    // Widen the stored arrays (rows x ld each) and multiply in float32: the
+    // same products and float32 sums (bf16 x bf16 is exact in float32).
     const int64_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
     std::vector<float> a(A, A + (arows - 1) * lda + acols), b(B, B + (brows - 1) * ldb + bcols);
     const float bt = fold_bias(M, N, beta, C, ldc, bias);

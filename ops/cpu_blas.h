@@ -22,8 +22,9 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
           int64_t ldb, double beta, double* C, int64_t ldc, const double* bias = nullptr);
 // Mixed precision: bfloat16 A and B, float32 accumulation, C and bias. On
-// oneDNN (AVX512-BF16 dot products where the CPU has them); without oneDNN, A
-// and B are widened to float32 and multiplied by OpenBLAS (same result, no speedup).
+// oneDNN (AVX512-BF16 dot products where the CPU has them); without oneDNN, or
+// on a CPU where oneDNN has no bf16 matmul (one without AVX-512), A and B are
+// widened to float32 and multiplied by OpenBLAS (same result, no speedup).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
           int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
@@ -32,6 +33,9 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, 
 // first GEMM, set_gemm_library at any time (benchmarks compare the two).
 enum class GemmLibrary { OpenBLAS, OneDNN };
 bool onednn_available();
+// Whether oneDNN can run bf16 GEMMs on this CPU (it needs AVX-512); false
+// without oneDNN. When false, bf16 GEMMs take the widening path above.
+bool onednn_bf16_available();
 GemmLibrary gemm_library();
 void set_gemm_library(GemmLibrary lib);  // throws when oneDNN is asked for and not built in
 GemmLibrary parse_gemm_library(const std::string& name);  // "openblas" | "onednn"

@@ -32,6 +32,8 @@ void check_targets(const Tensor& targets, int64_t N, int64_t V) {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
+  const profile::Op range("cross_entropy");
+  profile::add_bytes(nbytes(logits));
   check_defined("cross_entropy", logits);
   check_defined("cross_entropy", targets_in, "targets");
   check_float("cross_entropy", logits);

@@ -2,6 +2,7 @@
 // the CUDA branch of ops whose CUDA kernel has not been written yet.
 #pragma once
 
+#include "core/profile.h"
 #include "core/tensor.h"
 #include "cuda/runtime.h"
 
@@ -30,6 +31,11 @@ inline void check_float(const char* op, const Tensor& t) {
 // dtype): for handing row blocks of a tensor to a GEMM.
 inline void* element_ptr(const Tensor& t, int64_t elem) {
   return static_cast<char*>(t.raw_data()) + elem * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+// Bytes of t's elements (what an op reads or writes of it, for the profiler's GB/s).
+inline double nbytes(const Tensor& t) {
+  return static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype()));
 }
 
 // The CUDA branch of an op without a CUDA kernel: a clear error, never a crash.

@@ -198,11 +198,15 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, Generator& gen) {
+  const profile::Op range("dropout");
+  profile::add_bytes(2 * nbytes(x) + static_cast<double>(x.numel()));  // + the mask
   if (p == 0.0) return x;
   return dropout_impl<false>("dropout", x, p, gen);
 }
 
 Tensor relu_dropout(const Tensor& x, double p, Generator& gen) {
+  const profile::Op range("relu_dropout");
+  profile::add_bytes(2 * nbytes(x) + static_cast<double>(x.numel()));  // + the mask
   if (p == 0.0) return relu(x);
   return dropout_impl<true>("relu_dropout", x, p, gen);
 }

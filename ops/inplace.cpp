@@ -17,6 +17,8 @@ void check_inplace(const char* op, const Tensor& x) {
 }  // namespace
 
 void fill_(const Tensor& x, double value) {
+  const profile::Op range("fill_");
+  profile::add_bytes(nbytes(x));
   check_inplace("fill_", x);
   if (x.device().is_cuda()) {
     TCN_CUDA_OP("fill_", cuda::fill(x, value));
@@ -29,6 +31,8 @@ void fill_(const Tensor& x, double value) {
 }
 
 void add_(const Tensor& x, const Tensor& y, double alpha) {
+  const profile::Op range("add_");
+  profile::add_bytes(2 * nbytes(x) + nbytes(y));
   check_inplace("add_", x);
   check_defined("add_", y);
   check_same_dtype("add_", x, y);
@@ -50,6 +54,8 @@ void add_(const Tensor& x, const Tensor& y, double alpha) {
 }
 
 void mul_(const Tensor& x, double s) {
+  const profile::Op range("mul_");
+  profile::add_bytes(2 * nbytes(x));
   check_inplace("mul_", x);
   check_float("mul_", x);
   if (x.device().is_cuda()) {
@@ -63,6 +69,8 @@ void mul_(const Tensor& x, double s) {
 }
 
 void mul_(const Tensor& x, const Tensor& s) {
+  const profile::Op range("mul_");
+  profile::add_bytes(2 * nbytes(x));
   check_inplace("mul_", x);
   check_defined("mul_", s);
   check_same_dtype("mul_", x, s);

@@ -18,6 +18,7 @@ T sigm(T x) {
 }  // namespace
 
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates_in, const Tensor& c_prev_in) {
+  const profile::Op range("lstm_cell");
   check_defined("lstm_cell", gates_in, "gates");
   check_defined("lstm_cell", c_prev_in, "c_prev");
   check_float("lstm_cell", gates_in);

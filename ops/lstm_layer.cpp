@@ -171,6 +171,7 @@ void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& c0, 
 
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor& w_hh, const Tensor& h0_in,
                                               const Tensor& c0_in) {
+  const profile::Op range("lstm_layer");
   const char* op = "lstm_layer";
   for (const Tensor* t : {&xp_in, &w_hh, &h0_in, &c0_in}) check_defined(op, *t);
   check_float(op, xp_in);

@@ -58,6 +58,7 @@ void check_matmul_args(const char* op, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  const profile::Op range("mm");
   check_matmul_args("mm", a, b);
   TCN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected two matrices, got shapes ", a.shape(), " and ", b.shape());
   TCN_CHECK(a.size(1) == b.size(0), "mm: inner dimensions differ, ", a.shape(), " @ ", b.shape());
@@ -75,6 +76,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  const profile::Op range("bmm");
   check_matmul_args("bmm", a, b);
   TCN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two [B, M, K] and [B, K, N] tensors, got shapes ",
             a.shape(), " and ", b.shape());
@@ -93,6 +95,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  const profile::Op range("matmul");
   check_matmul_args("matmul", a, b);
   TCN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: both operands need at least 2 dims, got shapes ", a.shape(),
             " and ", b.shape());

@@ -5,6 +5,8 @@
 namespace tcn {
 
 Tensor pad(const Tensor& x, int64_t dim_in, int64_t left, int64_t right, double value) {
+  const profile::Op range("pad");
+  profile::add_bytes(2 * nbytes(x));
   check_defined("pad", x);
   int64_t dim = wrap_dim(dim_in, x.dim(), "pad");
   TCN_CHECK(left >= 0 && right >= 0, "pad: negative padding (", left, ", ", right, ") on shape ", x.shape());

@@ -33,6 +33,7 @@ void check_random(const char* op, const Tensor& x) {
 }  // namespace
 
 void uniform_(const Tensor& x, double lo, double hi, Generator& gen) {
+  const profile::Op range("uniform_");
   check_random("uniform_", x);
   const int64_t n = x.numel();
   const uint64_t seed = gen.seed(), start = gen.reserve(static_cast<uint64_t>(n));
@@ -47,6 +48,7 @@ void uniform_(const Tensor& x, double lo, double hi, Generator& gen) {
 }
 
 void normal_(const Tensor& x, double mean, double std, Generator& gen) {
+  const profile::Op range("normal_");
   check_random("normal_", x);
   const int64_t n = x.numel();
   const uint64_t seed = gen.seed(), start = gen.reserve(2 * static_cast<uint64_t>(n));

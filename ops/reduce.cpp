@@ -113,6 +113,8 @@ void sum_cpu(const Tensor& x, const ReducePlan& p, T* out) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  const profile::Op range("sum");
+  profile::add_bytes(nbytes(x));
   check_defined("sum", x);
   check_float("sum", x);
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
@@ -130,6 +132,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  const profile::Op range("mean");
   check_defined("mean", x);
   ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
   int64_t count = numel_of(p.red_shape);
@@ -138,6 +141,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
+  const profile::Op range("max");
   check_defined("max", x);
   check_float("max", x);
   TCN_CHECK(x.dim() > 0, "max: needs a tensor with at least one dim");

@@ -27,6 +27,7 @@ void check_indices(const char* op, cuda::DeviceCheck on_device, const Tensor& id
 }  // namespace
 
 Tensor gather_rows(const Tensor& table, const Tensor& idx_in) {
+  const profile::Op range("gather_rows");
   check_defined("gather_rows", table);
   check_defined("gather_rows", idx_in, "index");
   check_float("gather_rows", table);
@@ -57,6 +58,7 @@ Tensor gather_rows(const Tensor& table, const Tensor& idx_in) {
 }
 
 Tensor scatter_add_rows(const Tensor& src_in, const Tensor& idx_in, int64_t num_rows) {
+  const profile::Op range("scatter_add_rows");
   check_defined("scatter_add_rows", src_in);
   check_defined("scatter_add_rows", idx_in, "index");
   check_float("scatter_add_rows", src_in);

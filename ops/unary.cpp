@@ -32,6 +32,7 @@ double cuda_param(const Op& op) {
 template <class Op>
 Tensor unary_backward(const Op& op, const Tensor& g, const Tensor& x, const Tensor& y) {
   Tensor gx = empty(g.shape(), g.options());
+  profile::add_bytes(nbytes(g) * (2 + (x.defined() ? 1 : 0) + (y.defined() ? 1 : 0)));
   if (g.device().is_cuda()) {
     TCN_CUDA_OP(Op::name, cuda::unary_backward(cuda_op(op), cuda_param(op), gx, g, x, y));
     return gx;
@@ -47,9 +48,11 @@ Tensor unary_backward(const Op& op, const Tensor& g, const Tensor& x, const Tens
 
 template <class Op>
 Tensor unary(const Tensor& x, Op op) {
+  const profile::Op range(Op::name);
   check_defined(Op::name, x);
   check_float(Op::name, x);
   Tensor y = empty(x.shape(), x.options());
+  profile::add_bytes(2 * nbytes(x));
   if (x.device().is_cuda()) {
     TCN_CUDA_OP(Op::name, cuda::unary_forward(cuda_op(op), cuda_param(op), y, x));
   } else {

@@ -50,6 +50,7 @@ void weight_norm_backward_cpu(T* dv, T* dg, const T* dw, const T* v, const T* g,
 }  // namespace
 
 Tensor weight_norm(const Tensor& v_in, const Tensor& g_in) {
+  const profile::Op range("weight_norm");
   check_defined("weight_norm", v_in, "v");
   check_defined("weight_norm", g_in, "g");
   check_float("weight_norm", v_in);

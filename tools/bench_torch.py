@@ -64,6 +64,10 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--variant", choices=("published", "lean"), default="published")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="after the timed steps, run this many under torch.profiler and print its table "
+                         "(to stderr, or to --profile_out); docs/profiling.md compares it with ours")
+    ap.add_argument("--profile_out", default=None, help="file for the --profile table")
     args = ap.parse_args(argv)
     if args.nhid is None:
         args.nhid = 450 if args.model == "tcn" else 700
@@ -84,6 +88,30 @@ def build(args):
                          args.dropout, args.emb_dropout)
     return LSTMCharLM(args.vocab, args.emsize, args.nhid, args.layers,
                       args.dropout, args.emb_dropout)
+
+
+def profile_steps(args, step, sync, device):
+    """torch.profiler over --profile steps: the table its users read, sorted by self time."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=activities, profile_memory=True) as prof:
+        for _ in range(args.profile):
+            step()
+        sync()
+    ms = (time.perf_counter() - t0) * 1e3 / args.profile
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=25)
+    text = ("torch.profiler, %d step(s) of %s (%s, %s) on %s, %.1f ms per step under the profiler;"
+            " times are totals over the steps\n%s\n"
+            % (args.profile, args.model, args.variant, args.precision, device, ms, table))
+    if args.profile_out:
+        with open(args.profile_out, "w") as f:
+            f.write(text)
+        log("bench_torch: profile table written to %s" % args.profile_out)
+    else:
+        log(text)
 
 
 def main(argv=None):
@@ -167,6 +195,9 @@ def main(argv=None):
         ms = (time.perf_counter() - t0) * 1e3
         times_ms.append(ms)
         log("  step %d/%d: %.1f ms, loss %.4f" % (i + 1, args.steps, ms, loss))
+
+    if args.profile > 0:
+        profile_steps(args, step, sync, device)
 
     result = {
         "framework": "pytorch",

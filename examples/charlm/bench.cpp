@@ -13,6 +13,7 @@
 #include "flags.h"
 #include "generate.h"
 #include "nn/optim.h"
+#include "nn/profiler.h"
 #include "ops/cpu_blas.h"
 #include "train.h"
 
@@ -39,6 +40,7 @@ struct Timing {
   // bench's own wait at the end of each step taken out).
   cuda::DeviceCounters device;
   int64_t counted_steps = 0;
+  std::string profile;  // the profiler's table of the steps after the timed ones (--profile)
   std::string graph;  // how the steps ran on CUDA (core/step_graph.h): one graph each, or eagerly and why
 };
 
@@ -64,6 +66,14 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   Tensor tgt = seq.narrow(1, 1, o.seq_len).contiguous().to(dev);
   const int64_t hist = o.seq_len - o.validseqlen;
   StepGraph graph(parse_graph_mode(o.cuda_graph), dev, model->parameters());
+  auto body = [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
+    loss.backward();
+    nn::clip_grad_norm_(model->parameters(), 0.15);
+    opt.step();
+    return loss;
+  };
   std::vector<double> ms;
   // A CUDA graph is captured in the third step, or a little later when its
   // memory pool needed another eager step (core/step_graph.h): the warm-up
@@ -77,14 +87,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
     const bool count = dev.is_cuda() && cuda::counters_available() && s >= warmup;
     const cuda::DeviceCounters c0 = count ? cuda::counters() : cuda::DeviceCounters{};
     auto t0 = Clock::now();
-    graph.run(0, [&] {  // on CUDA, from the third step on, one graph launch
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model->forward(inp, o.validseqlen), tgt.narrow(1, hist, o.validseqlen));
-      loss.backward();
-      nn::clip_grad_norm_(model->parameters(), 0.15);
-      opt.step();
-      return loss;
-    });
+    graph.run(0, body);  // on CUDA, from the third step on, one graph launch
     sync(dev);  // the step's queued work done: the clock covers all of it
     if (count) {
       cuda::DeviceCounters d = cuda::counters() - c0;
@@ -98,6 +101,25 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
     std::fprintf(stderr, "  tcn %s%s step %lld: %.1f ms%s\n", kind.c_str(), label.c_str(), static_cast<long long>(s + 1),
                  t, s < warmup ? " (warmup)" : "");
     if (s >= warmup) ms.push_back(t);
+  }
+  if (o.profile > 0) {  // after the timed steps, so that they are as without it
+    nn::Profiler prof(*model, dev);
+    for (int64_t s = 0; s < o.profile; ++s) prof.step([&] { (void)graph.run(0, body); });
+    r.profile = prof.finish().table();
+    if (!o.trace.empty()) {
+      std::string tag = label;  // " (fp32, oneDNN)" -> "-tcn-fp32-oneDNN"
+      for (char& c : tag)
+        if (c == ' ' || c == ',' || c == '(' || c == ')') c = '-';
+      std::string clean = "-" + kind;
+      for (char c : tag)
+        if (c != '-' || clean.back() != '-') clean += c;
+      while (clean.back() == '-') clean.pop_back();
+      const size_t dot = o.trace.rfind('.');
+      const bool ext = dot != std::string::npos && o.trace.find('/', dot) == std::string::npos;
+      const std::string path = ext ? o.trace.substr(0, dot) + clean + o.trace.substr(dot) : o.trace + clean;
+      prof.write_trace(path);
+      r.profile += "trace written to " + path + "\n";
+    }
   }
   r.median_ms = median(ms);
   r.min_ms = ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end());
@@ -148,7 +170,9 @@ Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& 
 
 }  // namespace
 
-int run_bench(const BenchOptions& o, const char*) {
+int run_bench(const BenchOptions& opts, const char*) {
+  BenchOptions o = opts;
+  if (!o.trace.empty() && o.profile == 0) o.profile = 3;
   using namespace limits;
   check("--steps", o.steps, 1, kMaxBenchSteps);
   check("--warmup", o.warmup, 0, kMaxBenchSteps);
@@ -158,6 +182,8 @@ int run_bench(const BenchOptions& o, const char*) {
   TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
             " must be in [1, --seq_len = ", o.seq_len, "]");
   check("--generate_chars", o.generate_chars, 0, kMaxChars, " (0: skip)");
+  check("--profile", o.profile, 0, kMaxBenchSteps, " (0: off)");
+  if (!o.trace.empty()) check_output_path("--trace", o.trace);
   TCN_CHECK(o.torch == "auto" || o.torch == "off", "--torch ", o.torch, ": expected auto or off");
   (void)parse_graph_mode(o.cuda_graph);
   set_num_threads(o.threads);
@@ -190,7 +216,8 @@ int run_bench(const BenchOptions& o, const char*) {
     if (blas) configs.push_back({Precision::FP32, cpu::GemmLibrary::OpenBLAS});
   }
   if ((o.precision == "bf16" || o.precision == "both") && !dev.is_cuda())
-    configs.push_back({Precision::BF16, dnnl ? cpu::GemmLibrary::OneDNN : cpu::GemmLibrary::OpenBLAS});
+    configs.push_back({Precision::BF16, dnnl && cpu::onednn_bf16_available() ? cpu::GemmLibrary::OneDNN
+                                                                              : cpu::GemmLibrary::OpenBLAS});
   if (dev.is_cuda()) {  // the CPU GEMM library plays no part; the GPU's reduced precision is TF32
     configs.clear();
     if (o.precision == "fp32" || o.precision == "both") configs.push_back({Precision::FP32, cpu::gemm_library()});
@@ -287,6 +314,10 @@ int run_bench(const BenchOptions& o, const char*) {
       if (r.framework == "tcn" && r.t.ok)
         std::printf("%s (%s) steps: %s\n", r.kind.c_str(), r.precision.c_str(), r.t.graph.c_str());
   }
+  for (const Row& r : rows)
+    if (r.framework == "tcn" && r.t.ok && !r.t.profile.empty())
+      std::printf("\n### profile: %s, %s, %s\n\n%s", r.kind.c_str(), r.precision.c_str(), r.variant.c_str(),
+                  r.t.profile.c_str());
   if (kinds.size() == 2 && ours("lstm", "fp32") > 0)
     std::printf("\nTCN step / LSTM step (tcn framework, fp32, fastest rows): %.2f\n",
                 ours("tcn", "fp32") / ours("lstm", "fp32"));

@@ -21,6 +21,8 @@ struct BenchOptions {
   std::string cuda_graph = "auto";  // on CUDA: each step one graph launch after the warm-up (core/step_graph.h)
   int64_t steps = 5, warmup = 1, batch_size = 32, seq_len = 400, validseqlen = 320, generate_chars = 200;
   int threads = 2;
+  int64_t profile = 0;  // after the timed steps, profile this many more of each of our rows (nn/profiler.h)
+  std::string trace;    // with profile: a Chrome trace per row, FILE with "-<model>-<precision>-<impl>" before ".json"
 };
 int run_bench(const BenchOptions& opts, const char* argv0);
 

@@ -88,6 +88,12 @@ int main(int argc, char** argv) {
                     "reason, when it cannot be captured), on (an error then) or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  train->add_option("--profile", t.profile,
+                    "profile this many steps after two warm-up steps and print where the time goes: per op, "
+                    "module and phase (0: off); profiled steps run eagerly on CUDA")
+      ->capture_default_str();
+  train->add_option("--trace", t.trace,
+                    "write the profiled steps as a Chrome trace (Perfetto, chrome://tracing); implies --profile 3");
   train->add_option("--eval_interval", t.eval_interval, "also report valid bpc every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
   train->add_option("--save_every", t.save_every, "also write the latest state every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
 
@@ -133,6 +139,13 @@ int main(int argc, char** argv) {
   bench->add_option("--cuda_graph", b.cuda_graph, "on CUDA, our steps as one CUDA graph each: auto, on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  bench->add_option("--profile", b.profile,
+                    "after the timed steps, profile this many more steps of each of our rows and print where the "
+                    "time goes: per op, module and phase (0: off)")
+      ->capture_default_str();
+  bench->add_option("--trace", b.trace,
+                    "with --profile (3 steps if not given): write a Chrome trace (Perfetto, chrome://tracing) per "
+                    "row, named FILE with -<model>-<precision>-<impl> before its extension");
   bench->add_option("--cpu_gemm", b.cpu_gemm, "CPU GEMMs for our steps: both (a row each), onednn or openblas")
       ->capture_default_str()
       ->check(CLI::IsMember({"both", "onednn", "openblas"}));

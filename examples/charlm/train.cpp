@@ -21,6 +21,7 @@
 #include "data.h"
 #include "flags.h"
 #include "nn/optim.h"
+#include "nn/profiler.h"
 #include "ops/cpu_blas.h"
 
 namespace charlm {
@@ -136,25 +137,6 @@ class MetricsLog {
   std::ofstream f_;
 };
 
-// An output path must be a regular file or not exist yet, under a directory
-// that exists (or can be made) and is writable; checked before any training.
-void check_output_path(const char* flag, const std::string& path) {
-  TCN_CHECK(!path.empty(), flag, ": empty path");
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) == 0) {
-    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", tcn::file_kind(sb.st_mode),
-              ", not a regular file)");
-    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
-    return;
-  }
-  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
-  while (::stat(dir.c_str(), &sb) != 0 && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
-  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ",
-            tcn::file_kind(sb.st_mode), ")");
-  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
-            std::strerror(errno), ")");
-}
-
 // Fails early, before any training, when the checkpoint path cannot be written.
 std::string last_path(const std::string& save) {
   const std::string ext = ".safetensors";
@@ -196,6 +178,7 @@ void validate(const TrainOptions& o) {
   check("--epochs", o.epochs, 1, kMaxEpochs);
   check("--max_steps", o.max_steps, 0, kMaxCount, " (0: no limit)");
   check("--log-interval", o.log_interval, 1, kMaxCount);
+  check("--profile", o.profile, 0, kMaxCount, " (0: off)");
   check("--threads", o.threads, 0, kMaxThreads, " (0: the default)");
   check("--eval_batch_size", o.eval_batch_size, 1, kMaxBatch);
   check("--eval_batches", o.eval_batches, 0, kMaxCount, " (0: all)");
@@ -330,6 +313,25 @@ class StopSignals {
 
 }  // namespace
 
+// An output path must be a regular file or not exist yet, under a directory
+// that exists (or can be made) and is writable; checked before any training.
+void check_output_path(const char* flag, const std::string& path) {
+  TCN_CHECK(!path.empty(), flag, ": empty path");
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0) {
+    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", tcn::file_kind(sb.st_mode),
+              ", not a regular file)");
+    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
+    return;
+  }
+  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  while (::stat(dir.c_str(), &sb) != 0 && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ",
+            tcn::file_kind(sb.st_mode), ")");
+  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
+            std::strerror(errno), ")");
+}
+
 Precision precision_for(const std::string& name, const Device& device) {
   const Precision p = parse_precision(name);
   TCN_CHECK(p != Precision::TF32 || device.is_cuda(), "--precision tf32 is a GPU precision (tensor cores) and ",
@@ -342,6 +344,8 @@ std::string precision_note(const std::string& precision, const Device& device) {
   if (precision != "bf16") return "";
   if (device.is_cuda()) return " (bf16 applies to CPU tensors only; this CUDA run computes in fp32/TF32)";
   if (!cpu::onednn_available()) return " (no oneDNN in this build: bf16 GEMMs are widened to fp32, no speedup)";
+  if (!cpu::onednn_bf16_available())
+    return " (this CPU has no AVX-512, so oneDNN has no bf16 GEMM: widened to fp32, same numerics, no speedup)";
   return " (bf16 GEMM operands, fp32 accumulation and master weights)";
 }
 
@@ -383,6 +387,7 @@ int run_train(TrainOptions o) {
   }
   if (o.metrics.empty()) o.metrics = "runs/" + o.model + ".csv";
   check_output_path("--metrics", o.metrics);
+  if (!o.trace.empty()) check_output_path("--trace", o.trace);
 
   Corpus corpus = load_corpus(o.data);
   Tensor train = batchify(corpus.vocab.encode(corpus.train, o.data + "/ptb.train.txt"), o.batch_size, o.seq_len,
@@ -505,6 +510,9 @@ int run_train(TrainOptions o) {
     static_tgt = empty({train_src.size(0), o.seq_len}, train_src.options());
   }
   bool said_graph = false;
+  int64_t profile_steps = o.profile > 0 ? o.profile : o.trace.empty() ? 0 : 3;
+  const int64_t profile_from = st.step + 2;  // after two warm-up steps of this run
+  std::unique_ptr<nn::Profiler> prof;
   std::vector<std::pair<int64_t, int64_t>> unread;  // (epoch, batch) of each step since the last read
   double last_loss = 0;
   auto settle = [&] {
@@ -521,6 +529,22 @@ int run_train(TrainOptions o) {
     }
     unread.clear();
     return r;
+  };
+  auto report_profile = [&] {  // the table (and the trace) of the steps profiled so far
+    settle();  // a bad step among them: its error first
+    if (tty) std::fprintf(stderr, "\r%80s\r", "");
+    const nn::ProfileReport& r = prof->finish();
+    if (r.steps < profile_steps)
+      say("\n(the run ended after %lld of the %lld steps to profile)", static_cast<long long>(r.steps),
+          static_cast<long long>(profile_steps));
+    say("\n%s\n", r.table().c_str());
+    if (!o.trace.empty()) {
+      prof->write_trace(o.trace);
+      say("trace of the profiled steps written to %s\n", o.trace.c_str());
+    }
+    std::fflush(stdout);
+    prof.reset();
+    profile_steps = 0;
   };
 
   for (; st.epoch <= o.epochs && !stop; ++st.epoch) {
@@ -541,28 +565,41 @@ int run_train(TrainOptions o) {
         break;
       }
       const Window& w = wins[bi];
-      Tensor inp, tgt;
-      int64_t key = -1;  // the shapes and buffers the step reads: only full windows in the static buffers replay
-      if (graphed && w.len == o.seq_len) {
-        copy_(static_inp, train_src.narrow(1, w.start, w.len));
-        copy_(static_tgt, train_src.narrow(1, w.start + 1, w.len));
-        inp = static_inp;
-        tgt = static_tgt;
-        key = w.len;
-      } else {
-        std::tie(inp, tgt) = get_batch(train_src, w);
-      }
       const int64_t scored = w.len - hist;
-      graph.run(key, [&] {
-        opt->zero_grad();
-        Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
-        Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
-        loss.backward();
-        if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
-        watch.add(loss, st.step + 1);
-        opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
-        return loss;
-      });
+      auto one_step = [&] {
+        Tensor inp, tgt;
+        int64_t key = -1;  // the shapes and buffers the step reads: only full windows in the static buffers replay
+        {
+          const profile::PhaseScope data(profile::Phase::Data);
+          if (graphed && w.len == o.seq_len) {
+            copy_(static_inp, train_src.narrow(1, w.start, w.len));
+            copy_(static_tgt, train_src.narrow(1, w.start + 1, w.len));
+            inp = static_inp;
+            tgt = static_tgt;
+            key = w.len;
+          } else {
+            std::tie(inp, tgt) = get_batch(train_src, w);
+          }
+        }
+        graph.run(key, [&] {
+          opt->zero_grad();
+          Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
+          Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
+          loss.backward();
+          if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
+          watch.add(loss, st.step + 1);
+          opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
+          return loss;
+        });
+      };
+      // --profile: steps 3 .. 2 + N of this run, eagerly (nn/profiler.h), then the table.
+      if (profile_steps > 0 && st.step == profile_from) prof = std::make_unique<nn::Profiler>(*model, device);
+      if (prof) {
+        prof->step(one_step);
+        if (st.step + 1 == profile_from + profile_steps) report_profile();
+      } else {
+        one_step();
+      }
       if (graphed && !said_graph && graph.settled()) {
         say("cuda graph: %s\n", graph.status().c_str());
         said_graph = true;
@@ -571,7 +608,7 @@ int run_train(TrainOptions o) {
       st.next_batch = bi + 1;
       unread.emplace_back(st.epoch, bi + 1);
       interval_steps++;
-      interval_chars += scored * inp.size(0);
+      interval_chars += scored * train_src.size(0);
       if (o.debug_sync) {
         last_loss = settle().loss_sum;  // this step's loss alone
         interval_loss += last_loss;
@@ -646,6 +683,9 @@ int run_train(TrainOptions o) {
     if (stop || (o.max_steps > 0 && st.step >= o.max_steps)) break;  // no empty extra epoch at the limit
   }
   if (StopSignals::received()) return interrupted(false);  // during the last epoch end's evaluation or save
+  if (prof) report_profile();
+  if (profile_steps > 0)
+    say("--profile: the run ended before the profiled steps (they follow 2 warm-up steps); nothing profiled\n");
   log.close();
   say("done: %lld steps in %.1f s; metrics in %s\n", static_cast<long long>(st.step), elapsed(),
               o.metrics.c_str());

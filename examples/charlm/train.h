@@ -30,6 +30,8 @@ struct TrainOptions {
   std::string precision = "fp32";                  // fp32 or bf16 (mixed precision: core/autocast.h)
   bool debug_sync = false;                         // read the loss watch every step (errors at their step)
   std::string cuda_graph = "auto";                 // auto, on or off: the CUDA step as one graph (core/step_graph.h)
+  int64_t profile = 0;                             // profile this many steps after 2 warm-up steps (nn/profiler.h)
+  std::string trace;                               // with profile: the Chrome trace of the profiled steps
 };
 
 int run_train(TrainOptions opts);
@@ -58,6 +60,11 @@ double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_l
 std::string precision_note(const std::string& precision, const tcn::Device& device);
 // --precision parsed for a run on `device` (tf32 only on CUDA).
 tcn::Precision precision_for(const std::string& name, const tcn::Device& device);
+
+// Throws, naming the flag, unless `path` is a regular file that can be
+// written or does not exist yet under a writable directory (or one that can
+// be made): output paths are checked before any training.
+void check_output_path(const char* flag, const std::string& path);
 
 // "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
 tcn::Device resolve_device(const std::string& name);
