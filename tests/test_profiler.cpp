@@ -180,3 +180,37 @@ TEST_CASE("profiler on the CUDA device: the same table, device-timed, saying so 
   CHECK(t.find("device ms") != std::string::npos);
   if (cuda::emulated()) CHECK(t.find("EMULATED") != std::string::npos);
 }
+
+// The seed's mistake, staged: a long GEMM is queued, then a small copy to the
+// host makes the host wait for it. A host clock charges the GEMM's time to the
+// copy (torch.autograd.profiler put 93% of a TCN step on
+// embedding_dense_backward this way); the device clock charges it to the GEMM.
+// The emulated device queues work and runs it when the host waits, as a GPU
+// does from the host's side, so this runs in CI.
+TEST_CASE("profiler on CUDA: queued device work is charged to the op that issued it, not to the op that waits" *
+          doctest::skip(!cuda::is_available())) {
+  Step st(Device::cuda(0));
+  Generator g(9);
+  const int64_t n = cuda::emulated() ? 384 : 4096;  // a GPU: GEMMs of ms, launches of us
+  const Tensor a = rand({n, n}, {DType::F32}, g).to(Device::cuda(0));
+  (void)mm(a, a).to(Device::cpu());  // warm: cuBLAS handle, allocator blocks
+  nn::Profiler prof(*st.model, Device::cuda(0));
+  prof.step([&] {
+    Tensor c = mm(a, a);
+    for (int i = 0; i < 3; ++i) c = mm(c, a);
+    (void)c.narrow(0, 0, 1).to(Device::cpu());  // one row back to the host: waits for the GEMMs
+  });
+  const nn::ProfileReport& r = prof.finish();
+  const nn::ProfileRow *gemm = nullptr, *copy = nullptr;
+  for (const auto& row : r.ops) {
+    if (row.op == "mm") gemm = &row;
+    if (row.op == "copy_") copy = &row;  // to_device's part that copies (and waits)
+  }
+  REQUIRE(gemm != nullptr);
+  REQUIRE(copy != nullptr);
+  MESSAGE("device ms: mm ", gemm->ms, ", copy_ ", copy->ms, "; host ms: mm ", gemm->host_ms, ", copy_ ",
+          copy->host_ms, std::string(cuda::emulated() ? " (emulated device)" : ""));
+  CHECK(gemm->calls == 4);
+  CHECK(gemm->ms > 5 * copy->ms);          // the device clock: the GEMMs' time is theirs
+  CHECK(copy->host_ms > 5 * gemm->host_ms);  // the host clock would have blamed the copy
+}
