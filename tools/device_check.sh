@@ -22,6 +22,8 @@
 #   d. the first 20 training losses of both models, --device cuda vs cpu, on
 #      the carried PTB slice (device_bundle/ptb)
 #   e. charlm bench --device cuda: tcn and PyTorch training steps on the same GPU
+#   e2. charlm bench --device cuda --profile 3 (the TCN's per-op GPU table, a
+#      trace in $OUT) and torch.profiler's table for PyTorch's TCN on the same GPU
 #   (time left: memcheck on all the CUDA suites)
 #   f. the summary (markdown), printed last and written to $OUT/summary.md;
 #      the exit status is 1 when any step is not ok, 0 when all are
@@ -321,6 +323,23 @@ SECTIONS+=("### charlm bench --device cuda, $BENCH_STEPS timed steps after 3 war
 ${BENCH_TABLE:-(no table: see bench.log in logs.tgz)}
 
 ${torch_line:-}")
+write_summary
+
+# --- e2. where the GPU step goes: our profiler (device clock) beside torch.profiler --------
+say "== e2. charlm bench --device cuda --profile 3 (TCN, fp32 and tf32) and torch.profiler"
+step profile 120 "$B/charlm" bench --device cuda --model tcn --steps 1 --warmup 3 --generate_chars 0 --torch off \
+  --profile 3 --trace "$OUT/trace.json"
+row "bench --device cuda --profile 3" "$STATUS" "$SECS" "traces: $(cd "$OUT" && ls trace-*.json 2>/dev/null | tr '\n' ' ')"
+PROFILE_TABLE=$(sed -n '/^### profile/,$p' "$LOGS/profile.log" 2>/dev/null | grep -vE '^trace written')
+if [ -n "$PY" ]; then
+  step torch_profile 90 "${PYENV[@]}" "$PY" tools/bench_torch.py --model tcn --device cuda --steps 1 --warmup 3 \
+    --profile 3 --profile_out "$LOGS/torch_profile.txt"
+  row "bench_torch.py --profile 3 --device cuda" "$STATUS" "$SECS" ""
+  PROFILE_TABLE+=$'\n\n'"torch.profiler (CUDA activities), same model and GPU:"$'\n```\n'"$(head -n 40 "$LOGS/torch_profile.txt" 2>/dev/null)"$'\n```'
+fi
+SECTIONS+=("### where the TCN step goes on the GPU (charlm bench --profile 3)
+
+${PROFILE_TABLE:-(no table: see profile.log in logs.tgz)}")
 write_summary
 
 # Last, if time is left: memcheck over every CUDA test case.
