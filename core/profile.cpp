@@ -54,6 +54,7 @@ class Recorder {
       timer_ = std::make_unique<cuda::EventTimer>(device.index);
       rec.device_timed = true;
       rec.emulated = cuda::emulated();
+      rec.launches_counted = cuda::counters_available();
     }
     id = ++g_recordings;
   }
@@ -69,6 +70,7 @@ class Recorder {
       r.ev_begin = timer_->mark();
       cuda::nvtx_push(rec.names[static_cast<size_t>(name)].c_str());
     }
+    if (rec.launches_counted) r.launches = -launches_so_far();
     r.host_begin_ns = now_ns();
     rec.ranges.push_back(r);
     const auto idx = static_cast<int32_t>(rec.ranges.size() - 1);
@@ -89,6 +91,7 @@ class Recorder {
         r.ev_end = timer_->mark();
         cuda::nvtx_pop();
       }
+      if (rec.launches_counted) r.launches += launches_so_far();
       if (top == idx) break;
     }
   }
@@ -146,6 +149,10 @@ class Recorder {
   uint32_t id = 0;
 
  private:
+  static int64_t launches_so_far() {
+    const cuda::DeviceCounters c = cuda::counters();
+    return c.launches + c.gemm_launches;
+  }
   int64_t now_ns() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
   }

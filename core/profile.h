@@ -53,6 +53,7 @@ struct Range {
   int64_t host_begin_ns = 0, host_end_ns = 0;  // host clock, from the start of the recording
   double dev_begin_ms = 0, dev_end_ms = 0;     // device clock (CUDA only), from the start
   double flops = 0, bytes = 0;                 // its own work (GEMM FLOPs, bytes moved), children's not included
+  int64_t launches = 0;  // kernels and GEMMs it launched, children's included (where counters_launches)
   int32_t ev_begin = -1, ev_end = -1;          // device timing marks (internal)
 };
 
@@ -61,6 +62,7 @@ struct Recording {
   Device device;
   bool device_timed = false;  // device clock read from events (a CUDA device)
   bool emulated = false;      // ... of the emulated device: its clock times the CPU emulating it
+  bool launches_counted = false;  // Range::launches is filled (the device counts launches: the emulated one)
   std::vector<Range> ranges;  // in the order they began
   std::vector<std::string> names;
   std::vector<std::string> modules;     // by id: its path, or "(Class)" when not named

@@ -125,6 +125,7 @@ DeviceCounters counters() {
   d.kernels_run = static_cast<int64_t>(c.kernels_run);
   d.graph_launches = static_cast<int64_t>(c.graph_launches);
   d.gemms = static_cast<int64_t>(c.cublas_calls);
+  d.gemm_launches = static_cast<int64_t>(c.cublas_launches);
   d.host_syncs = static_cast<int64_t>(c.host_syncs);
   d.queue_waits = static_cast<int64_t>(c.implicit_syncs);
   d.allocations = static_cast<int64_t>(c.allocations);

@@ -118,18 +118,19 @@ struct DeviceCounters {
   int64_t kernels_run = 0;     // kernels executed, a graph's included
   int64_t graph_launches = 0;  // cudaGraphLaunch
   int64_t gemms = 0;           // cuBLAS GEMMs run, a graph's included
+  int64_t gemm_launches = 0;   // cuBLAS GEMMs issued by the host (as launches: a graph's not included)
   int64_t host_syncs = 0;      // times the host waited for the device, for any reason
   int64_t queue_waits = 0;     // of those, waits because the launch queue was full (1,024 pending on the emulator)
   int64_t allocations = 0;     // cudaMalloc calls (the caching allocator's misses)
   DeviceCounters operator-(const DeviceCounters& o) const {
-    return {launches - o.launches,     kernels_run - o.kernels_run,   graph_launches - o.graph_launches,
-            gemms - o.gemms,           host_syncs - o.host_syncs,     queue_waits - o.queue_waits,
-            allocations - o.allocations};
+    return {launches - o.launches,       kernels_run - o.kernels_run, graph_launches - o.graph_launches,
+            gemms - o.gemms,             gemm_launches - o.gemm_launches, host_syncs - o.host_syncs,
+            queue_waits - o.queue_waits, allocations - o.allocations};
   }
   DeviceCounters operator+(const DeviceCounters& o) const {
-    return {launches + o.launches,     kernels_run + o.kernels_run,   graph_launches + o.graph_launches,
-            gemms + o.gemms,           host_syncs + o.host_syncs,     queue_waits + o.queue_waits,
-            allocations + o.allocations};
+    return {launches + o.launches,       kernels_run + o.kernels_run, graph_launches + o.graph_launches,
+            gemms + o.gemms,             gemm_launches + o.gemm_launches, host_syncs + o.host_syncs,
+            queue_waits + o.queue_waits, allocations + o.allocations};
   }
   // Each field divided by n (per step), rounded to one decimal, as one line.
   std::string per(int64_t n) const {

@@ -86,16 +86,20 @@ ProfileReport make_report(const profile::Recording& rec) {
   rep.device = rec.device.str();
   rep.device_timed = rec.device_timed;
   rep.emulated = rec.emulated;
+  rep.launches_counted = rec.launches_counted;
   rep.peak_bytes = rec.peak_bytes;
   const size_t n = rec.ranges.size();
   // A range's own time: its span less its children's.
   std::vector<double> host_self(n), dev_self(n);
+  std::vector<int64_t> launches_self(n);
   for (size_t i = 0; i < n; ++i) {
     host_self[i] += host_ms(rec.ranges[i]);
     dev_self[i] += dev_ms(rec.ranges[i]);
+    launches_self[i] += rec.ranges[i].launches;
     if (const int32_t p = rec.ranges[i].parent; p >= 0) {
       host_self[static_cast<size_t>(p)] -= host_ms(rec.ranges[i]);
       dev_self[static_cast<size_t>(p)] -= dev_ms(rec.ranges[i]);
+      launches_self[static_cast<size_t>(p)] -= rec.ranges[i].launches;
     }
   }
   const std::vector<bool> in = in_steps(rec);
@@ -110,6 +114,7 @@ ProfileReport make_report(const profile::Recording& rec) {
       ++rep.steps;
       rep.step_ms += host_ms(r);
       rep.step_device_ms += dev_ms(r);
+      rep.step_launches += static_cast<double>(r.launches);
     }
     const double ms = rec.device_timed ? dev_self[i] : host_self[i];
     // A step's own time (outside its phases and ops) is a row of its own.
@@ -128,6 +133,7 @@ ProfileReport make_report(const profile::Recording& rec) {
     row.host_ms += host_self[i];
     row.flops += r.flops;
     row.bytes += r.bytes;
+    row.launches += static_cast<double>(launches_self[i]);
     rep.phase_ms[static_cast<int>(phase)] += ms;
     const int col = phase == profile::Phase::Forward ? 0 : phase == profile::Phase::Backward ? 1 : 2;
     (r.module >= 0 && !step ? module_ms[static_cast<size_t>(r.module)] : outside_ms)[static_cast<size_t>(col)] += ms;
@@ -139,11 +145,13 @@ ProfileReport make_report(const profile::Recording& rec) {
     row.host_ms /= steps;
     row.flops /= steps;
     row.bytes /= steps;
+    row.launches /= steps;
     rep.ops.push_back(row);
   }
   std::stable_sort(rep.ops.begin(), rep.ops.end(), [](const ProfileRow& a, const ProfileRow& b) { return a.ms > b.ms; });
   rep.step_ms /= steps;
   rep.step_device_ms /= steps;
+  rep.step_launches /= steps;
   for (double& p : rep.phase_ms) p /= steps;
   // Modules with their sub-modules: each module's own time added to it and to
   // every module above it.
@@ -183,27 +191,32 @@ std::string ProfileReport::table(size_t max_rows) const {
   if (device_timed)
     s += "(step itself): the step's time outside its ops; its host ms is mostly the wait for the device at the step's end\n";
   if (device_timed) s += "profiled steps ran eagerly (a CUDA graph, when on, replays a step as one launch outside profiling)\n";
+  if (launches_counted)
+    s += "launches: kernels and cuBLAS GEMMs the op launched itself, " + fmt("%.0f", step_launches) + " per step in all\n";
   s += "\n| op | module | phase | calls | " + std::string(device_timed ? "device ms" : "ms") + " | % step |" +
-       (device_timed ? " host ms |" : "") + " GFLOP/s | GB/s |\n";
-  s += std::string("|---|---|---|---|---|---|") + (device_timed ? "---|" : "") + "---|---|\n";
+       (device_timed ? " host ms |" : "") + (launches_counted ? " launches |" : "") + " GFLOP/s | GB/s |\n";
+  s += std::string("|---|---|---|---|---|---|") + (device_timed ? "---|" : "") + (launches_counted ? "---|" : "") +
+       "---|---|\n";
   size_t shown = 0;
-  double rest_ms = 0;
+  double rest_ms = 0, rest_launches = 0;
   size_t rest = 0;
   for (const ProfileRow& r : ops) {
     if (shown >= max_rows || r.ms / total < 0.0005) {
       rest_ms += r.ms;
+      rest_launches += r.launches;
       ++rest;
       continue;
     }
     ++shown;
     s += "| " + r.op + " | " + r.module + " | " + profile::phase_name(r.phase) + " | " + fmt("%.0f", r.calls) + " | " +
          ms_str(r.ms) + " | " + fmt("%.1f", 100 * r.ms / total) + " |" + (device_timed ? " " + ms_str(r.host_ms) + " |" : "") +
-         " " + (r.gflops() > 0 ? fmt("%.1f", r.gflops()) : "-") + " | " +
+         (launches_counted ? " " + fmt("%.0f", r.launches) + " |" : "") + " " +
+         (r.gflops() > 0 ? fmt("%.1f", r.gflops()) : "-") + " | " +
          (r.gflops() == 0 && r.gbytes() > 0 ? fmt("%.1f", r.gbytes()) : "-") + " |\n";
   }
   if (rest > 0)
     s += "| (" + std::to_string(rest) + " more rows) | | | | " + ms_str(rest_ms) + " | " + fmt("%.1f", 100 * rest_ms / total) +
-         " |" + (device_timed ? " |" : "") + " | |\n";
+         " |" + (device_timed ? " |" : "") + (launches_counted ? " " + fmt("%.0f", rest_launches) + " |" : "") + " | |\n";
   s += "\n| module (with its sub-modules) | forward ms | backward ms | other ms | total ms | % step |\n|---|---|---|---|---|---|\n";
   for (const ProfileModuleRow& m : modules) {
     if (m.total_ms() == 0) continue;

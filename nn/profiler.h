@@ -37,6 +37,7 @@ struct ProfileRow {
   double host_ms = 0;   // per step: host time (on CUDA: launching, not running)
   double flops = 0;     // per step: GEMM FLOPs
   double bytes = 0;     // per step: bytes read and written (memory-bound ops)
+  double launches = 0;  // per step: kernels and GEMMs it launched itself (where the device counts them)
   double gflops() const { return ms > 0 && flops > 0 ? flops / (ms * 1e6) : 0; }
   double gbytes() const { return ms > 0 && bytes > 0 ? bytes / (ms * 1e6) : 0; }
 };
@@ -51,6 +52,8 @@ struct ProfileReport {
   std::string device;       // "cpu", "cuda:0"
   bool device_timed = false;  // ms are the device's clock (CUDA)
   bool emulated = false;      // ... the emulated device's: not a GPU's time
+  bool launches_counted = false;  // ProfileRow::launches filled (the emulated device counts launches)
+  double step_launches = 0;       // per step, kernels and GEMMs launched (where counted)
   int64_t steps = 0;
   double step_ms = 0;         // per step, wall clock on the host (the device's work included)
   double step_device_ms = 0;  // per step, device time from the step's first to its last event (CUDA)

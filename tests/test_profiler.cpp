@@ -179,6 +179,20 @@ TEST_CASE("profiler on the CUDA device: the same table, device-timed, saying so 
   const std::string t = r.table();
   CHECK(t.find("device ms") != std::string::npos);
   if (cuda::emulated()) CHECK(t.find("EMULATED") != std::string::npos);
+  // Where the device counts launches (the emulated one), each op's own
+  // launches add up to the step's; a conv launches GEMMs (one per tap).
+  CHECK(r.launches_counted == cuda::counters_available());
+  if (r.launches_counted) {
+    double sum = 0;
+    for (const auto& row : r.ops) {
+      sum += row.launches;
+      if (row.op == "conv1d" && row.module == "tcn.network.0.conv1" && row.phase == profile::Phase::Forward)
+        CHECK(row.launches >= 3);
+    }
+    CHECK(r.step_launches > 50);
+    CHECK(sum == doctest::Approx(r.step_launches));
+    CHECK(t.find(" launches |") != std::string::npos);
+  }
 }
 
 // The seed's mistake, staged: a long GEMM is queued, then a small copy to the

@@ -120,6 +120,7 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
     tl_status_detail = std::string(call) + ": " + cudaGetErrorString(e);
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
+  tcn::emu::count_cublas_issue(h->stream);
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -56,6 +56,7 @@ struct Counters {
   uint64_t frees = 0;           // cudaFree calls
   uint64_t bytes_allocated = 0; // device bytes currently allocated by cudaMalloc
   uint64_t cublas_calls = 0;    // cuBLAS GEMMs run (a graph's included)
+  uint64_t cublas_launches = 0; // cuBLAS GEMMs issued by the host (as `launches`: captured ones not counted)
 };
 Counters counters();
 void reset_counters();

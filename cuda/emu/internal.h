@@ -37,5 +37,7 @@ struct Region {
 bool find_region(const void* p, size_t n, Region* out);
 
 void count_cublas_call();
+// A GEMM issued by the host (not into a capture): counted as a launch of its own.
+void count_cublas_issue(cudaStream_t stream);
 
 }  // namespace tcn::emu

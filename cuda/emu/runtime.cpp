@@ -368,6 +368,11 @@ void count_cublas_call() {
   st().counters.cublas_calls++;
 }
 
+void count_cublas_issue(cudaStream_t stream) {
+  Lock lock(st().mu);
+  if (resolve(stream)->capture == nullptr) st().counters.cublas_launches++;
+}
+
 // ---- settings, counters, test hooks (cuda/emu/emu.h) ---------------------------------------
 Order order() { return st().settings.order; }
 void set_order(Order o) { st().settings.order = o; }
