@@ -83,7 +83,8 @@ void weight_norm_forward(const Tensor& w, const Tensor& norm, const Tensor& v, c
 void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, const Tensor& v, const Tensor& g,
                           const Tensor& norm);
 // y = x * keep * scale with keep from the Philox stream (seed, start) as on the
-// CPU (ops/dropout.cpp); with relu, y = relu(x) * keep * scale. x contiguous.
+// CPU (ops/dropout.cpp); with relu, y = relu(x) * keep * scale. y (and dx)
+// contiguous; x (and g) of at most 3 dims with any strides, or contiguous.
 // base: undefined, or a float64 device scalar added to start when the kernel
 // runs (a captured step's Philox base, core/step_graph.h).
 void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, uint64_t start, const Tensor& base,

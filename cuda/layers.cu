@@ -186,24 +186,54 @@ __device__ __forceinline__ uint64_t philox_start(uint64_t start, const double* b
   return base ? start + static_cast<uint64_t>(*base) : start;
 }
 
+// An input of up to 3 dims with any strides, read in row-major element order:
+// a narrowed [B, T, C] activation needs no contiguous copy before the kernel.
+struct Strided3 {
+  int64_t n1 = 1, n2 = 1;      // sizes of the last two dims (the first is implied by n)
+  int64_t s0 = 0, s1 = 0, s2 = 1;
+  __device__ __forceinline__ int64_t offset(int64_t i) const {
+    return (i / (n1 * n2)) * s0 + ((i / n2) % n1) * s1 + (i % n2) * s2;
+  }
+};
+
+Strided3 strided3(const Tensor& x) {
+  TCN_CHECK(x.dim() <= 3 || x.is_contiguous(), "CUDA kernel: a strided input of rank ", x.dim(), " (at most 3)");
+  Strided3 g;
+  if (x.dim() > 3) {  // contiguous: one row
+    g.n2 = x.numel();
+    return g;
+  }
+  const int pad = 3 - static_cast<int>(x.dim());
+  auto size = [&](int d) { return d < pad ? int64_t{1} : x.size(d - pad); };
+  auto stride = [&](int d) { return d < pad ? int64_t{0} : x.stride(d - pad); };
+  g.n1 = size(1);
+  g.n2 = size(2);
+  g.s0 = stride(0);
+  g.s1 = stride(1);
+  g.s2 = stride(2);
+  return g;
+}
+
+// y (contiguous) from x (strided): element i of both is the i-th in row-major order.
 template <class T>
-__global__ void dropout_fwd_kernel(T* y, const T* x, int64_t n, uint64_t seed, uint64_t start0, const double* base,
-                                   uint32_t threshold, T scale, bool relu) {
+__global__ void dropout_fwd_kernel(T* y, const T* x, Strided3 xs, int64_t n, uint64_t seed, uint64_t start0,
+                                   const double* base, uint32_t threshold, T scale, bool relu) {
   const uint64_t start = philox_start(start0, base);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const T xi = x[xs.offset(i)];
     bool k = keep_flag(seed, start, i, threshold);
-    if (relu) k = k && x[i] > T(0);
-    y[i] = x[i] * (static_cast<T>(k) * scale);
+    if (relu) k = k && xi > T(0);
+    y[i] = xi * (static_cast<T>(k) * scale);
   }
 }
 
 template <class T>
-__global__ void dropout_bwd_kernel(T* dx, const T* g, const T* y, int64_t n, uint64_t seed, uint64_t start0,
-                                   const double* base, uint32_t threshold, T scale) {
+__global__ void dropout_bwd_kernel(T* dx, const T* g, Strided3 gs, const T* y, int64_t n, uint64_t seed,
+                                   uint64_t start0, const double* base, uint32_t threshold, T scale) {
   const uint64_t start = y ? 0 : philox_start(start0, base);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const bool k = y ? y[i] > T(0) : keep_flag(seed, start, i, threshold);
-    dx[i] = g[i] * (static_cast<T>(k) * scale);
+    dx[i] = g[gs.offset(i)] * (static_cast<T>(k) * scale);
   }
 }
 
@@ -377,7 +407,7 @@ void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, 
   if (n == 0) return;
   dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(x.device().index), dropout_fwd_kernel<T>)(
-        static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), n, seed, start, scalar_ptr(base), dropout_threshold(p),
+        static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), strided3(x), n, seed, start, scalar_ptr(base), dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0), relu);
   });
   CUDA_CHECK(cudaGetLastError());
@@ -389,7 +419,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
   if (n == 0) return;
   dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n, 256), 256, 0, stream(g.device().index), dropout_bwd_kernel<T>)(
-        static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()),
+        static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()), strided3(g),
         y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, scalar_ptr(base), dropout_threshold(p),
         static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
   });

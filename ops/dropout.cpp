@@ -166,12 +166,13 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
     } else {
       start = gen.reserve(static_cast<uint64_t>(n));
     }
-    Tensor x = x_in.detach().contiguous();
+    // The kernels read x and g strided (up to 3 dims): a narrowed activation needs no copy.
+    Tensor x = x_in.dim() <= 3 ? x_in.detach() : x_in.detach().contiguous();
     Tensor y = empty(x.shape(), x.options());
     TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, start, base, kRelu));
     if (autograd::needs_grad({x_in}))
       autograd::record(op, {x_in}, {y}, [p, seed, start, base, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
-        Tensor gc = g[0].contiguous();
+        Tensor gc = g[0].dim() <= 3 ? g[0] : g[0].contiguous();
         Tensor dx = empty(gc.shape(), gc.options());
         TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, start, base, yk));
         return TensorList{dx};

@@ -106,6 +106,35 @@ TEST_CASE("CUDA dropout draws the CPU's masks" * doctest::skip(kNoGpu)) {
       {x}, 1e-6);
 }
 
+TEST_CASE("CUDA vs CPU: dropout reads strided inputs and gradients; pad is one kernel where it can be" *
+          doctest::skip(kNoGpu)) {
+  // A narrowed [B, T, C] activation (as in a TCN block) into dropout, whose
+  // gradient arrives transposed; the masks follow row-major element order on both.
+  Tensor x = rand_tensor({3, 11, 5}, 17, false, -1, 1, DType::F32);
+  for (bool with_relu : {false, true}) {
+    Generator g1(4), g2(4);
+    const Tensor xc = x.narrow(1, 2, 7), xg = x.to(Device::cuda(0)).narrow(1, 2, 7);
+    REQUIRE(!xg.is_contiguous());
+    Tensor cpu = with_relu ? relu_dropout(xc, 0.3, g1) : dropout(xc, 0.3, g1);
+    Tensor gpu = with_relu ? relu_dropout(xg, 0.3, g2) : dropout(xg, 0.3, g2);
+    CHECK(gpu.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
+  }
+  compare(
+      [](const TensorList& v) {
+        Generator g(6);
+        return relu_dropout(v[0].narrow(1, 1, 8), 0.25, g).transpose(0, 2);
+      },
+      {x}, 1e-6);
+  // pad: of a narrowed 3D along dim 1 (the one-kernel path, and narrow's
+  // backward), of a contiguous 4D along dim 2, of a transposed 2D (fill and copy).
+  Tensor x4 = rand_tensor({2, 3, 4, 5}, 18, false, -1, 1, DType::F64);
+  Tensor x2 = rand_tensor({6, 4}, 19, false, -1, 1, DType::F64);
+  compare([](const TensorList& v) { return pad(v[0].narrow(1, 3, 5), 1, 2, 4); }, {x.to(DType::F64)}, 1e-12);
+  compare([](const TensorList& v) { return pad(v[0], 2, 1, 3); }, {x4}, 1e-12);
+  compare([](const TensorList& v) { return pad(v[0].transpose(0, 1), 0, 3, 0); }, {x2}, 1e-12);
+  compare([](const TensorList& v) { return pad(v[0], 0, 0, 2, 1.5); }, {x2}, 1e-12);  // non-zero value
+}
+
 // ---- coverage of every kernel path ---------------------------------------------------
 namespace {
 
