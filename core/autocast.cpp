@@ -28,7 +28,7 @@ Autocast::Autocast(Precision p) : prev_(g_precision) { g_precision = p; }
 Autocast::~Autocast() { g_precision = prev_; }
 
 bool autocast_bf16(const Tensor& operand) {
-  return g_precision == Precision::BF16 && operand.dtype() == DType::F32 && operand.device().is_cpu();
+  return g_precision == Precision::BF16 && operand.dtype() == DType::F32;
 }
 
 bool autocast_tf32() { return g_precision == Precision::TF32; }

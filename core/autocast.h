@@ -12,8 +12,11 @@
 // runs with the scope's precision (the tape restores it), so the gradient GEMMs
 // are bf16 too, wherever backward() is called.
 //
-// Today the bf16 rule applies to float32 CPU tensors; CUDA tensors keep
-// float32 until the CUDA backend has bf16 kernels.
+// The rule is the same on both devices: on CUDA the bf16 GEMMs are cuBLAS's
+// cublasGemmEx (bf16 tensor cores, float32 accumulation) and the conversions
+// are CUDA kernels; one exception for now: the LSTM layer's recurrent GEMMs on
+// CUDA stay float32 (ops/lstm_layer.cpp), its input projection and weight
+// gradient (mm) are bf16 there too.
 //
 // TF32 is the GPU's own reduced precision: float32 tensors throughout, and the
 // GEMMs of CUDA tensors on tensor cores, which round their inputs to 10
@@ -45,7 +48,7 @@ class Autocast {
   Precision prev_;
 };
 
-// True when a GEMM-class op with this (float32, CPU) operand computes in bf16 here.
+// True when a GEMM-class op with this (float32) operand computes in bf16 here.
 bool autocast_bf16(const Tensor& operand);
 // True when GEMMs on CUDA tensors use TF32 tensor cores here.
 bool autocast_tf32();

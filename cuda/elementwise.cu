@@ -2,6 +2,7 @@
 // output first), each with its own element strides (0 on broadcast dims), and
 // the functors of ops/functors.h for the math, shared with the CPU.
 #include <array>
+#include <type_traits>
 
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
@@ -124,7 +125,10 @@ __global__ void convert_kernel(D* out, const S* in, Geometry<2> g, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
     element_offsets(g, i, off);
-    out[off[0]] = static_cast<D>(in[off[1]]);
+    if constexpr (std::is_same_v<D, bfloat16> || std::is_same_v<S, bfloat16>)
+      out[off[0]] = static_cast<D>(static_cast<float>(in[off[1]]));  // bf16 converts through float
+    else
+      out[off[0]] = static_cast<D>(in[off[1]]);
   }
 }
 
@@ -134,9 +138,9 @@ void all_types(DType t, Fn&& fn) {
     case DType::F32: return fn(float{});
     case DType::F64: return fn(double{});
     case DType::I64: return fn(int64_t{});
-    case DType::BF16: break;
+    case DType::BF16: return fn(bfloat16{});  // a storage type: converted through float
   }
-  TCN_FAIL("bfloat16 tensors on CUDA are not supported yet (mixed precision runs on the CPU)");
+  TCN_FAIL("CUDA convert: unknown dtype");
 }
 
 }  // namespace
@@ -193,9 +197,9 @@ void copy(const Tensor& dst, const Tensor& src) {
     case DType::F32: return launch_map<float>(dst, Identity<float>{}, src);
     case DType::F64: return launch_map<double>(dst, Identity<double>{}, src);
     case DType::I64: return launch_map<int64_t>(dst, Identity<int64_t>{}, src);
-    case DType::BF16: break;
+    case DType::BF16: return launch_map<bfloat16>(dst, Identity<bfloat16>{}, src);
   }
-  TCN_FAIL("copy: bfloat16 tensors on CUDA are not supported yet (mixed precision runs on the CPU)");
+  TCN_FAIL("copy: unknown dtype");
 }
 
 void fill(const Tensor& x, double value) {
@@ -203,9 +207,9 @@ void fill(const Tensor& x, double value) {
     case DType::F32: return launch_map<float>(x, Constant<float>{static_cast<float>(value)});
     case DType::F64: return launch_map<double>(x, Constant<double>{value});
     case DType::I64: return launch_map<int64_t>(x, Constant<int64_t>{static_cast<int64_t>(value)});
-    case DType::BF16: break;
+    case DType::BF16: return launch_map<bfloat16>(x, Constant<bfloat16>{bfloat16(static_cast<float>(value))});
   }
-  TCN_FAIL("fill: bfloat16 tensors on CUDA are not supported yet (mixed precision runs on the CPU)");
+  TCN_FAIL("fill: unknown dtype");
 }
 
 void add_inplace(const Tensor& x, const Tensor& y, double alpha) {

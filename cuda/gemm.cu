@@ -17,7 +17,14 @@ void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   const Tensor &a = g.a, &b = g.b;
   const cublasOperation_t opa = g.la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasHandle_t h = cublas(out.device().index);
-  if (out.dtype() == DType::F32) {
+  if (a.dtype() == DType::BF16) {  // mixed precision: bf16 operands, float32 output and accumulation
+    TCN_CHECK(b.dtype() == DType::BF16 && out.dtype() == DType::F32, "CUDA bf16 GEMM: operands ", dtype_name(a.dtype()),
+              " and ", dtype_name(b.dtype()), ", output ", dtype_name(out.dtype()), " (expected bf16, bf16, float32)");
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, N, M, K, &one, b.raw_data(), CUDA_R_16BF, g.lb.ld, b.stride(0),
+                                            a.raw_data(), CUDA_R_16BF, g.la.ld, a.stride(0), &zero, out.raw_data(),
+                                            CUDA_R_32F, N, M * N, B, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else if (out.dtype() == DType::F32) {
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, N, M, K, &one, static_cast<const float*>(b.raw_data()),
                                            g.lb.ld, b.stride(0), static_cast<const float*>(a.raw_data()), g.la.ld,
@@ -36,7 +43,11 @@ void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_
   // Column-major view: C^T [N, M] = op(B)^T op(A)^T.
   cublasHandle_t h = cublas(device);
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (dtype == DType::F32) {
+  if (dtype == DType::BF16) {  // mixed precision: A and B bf16, C float32, float32 accumulation
+    const float one = 1.0f, b = static_cast<float>(beta);
+    CUBLAS_CHECK(cublasGemmEx(h, ob, oa, N, M, K, &one, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &b, C, CUDA_R_32F, ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else if (dtype == DType::F32) {
     const float one = 1.0f, b = static_cast<float>(beta);
     CUBLAS_CHECK(cublasSgemm(h, ob, oa, N, M, K, &one, static_cast<const float*>(B), ldb,
                              static_cast<const float*>(A), lda, &b, static_cast<float*>(C), ldc));

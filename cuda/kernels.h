@@ -48,9 +48,11 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced);
 // out[b] = a[b] @ b[b] for [B, M, K] x [B, K, N] -> contiguous [B, M, N], non-empty
 // with K > 0 (ops/matmul.cpp handles empty products); strided
 // operands whose rows or columns are unit-stride go to cuBLAS as they are.
+// bf16 a and b (mixed precision) give a float32 out, accumulated in float32.
 void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b);
 // Row-major C = op(A) @ op(B) + beta * C on device pointers of `dtype`, exactly
-// as cblas_?gemm(CblasRowMajor, ...) on the CPU (ops/cpu_blas.h).
+// as cblas_?gemm(CblasRowMajor, ...) on the CPU (ops/cpu_blas.h). dtype BF16:
+// A and B bfloat16, C float32 (cublasGemmEx, float32 accumulation).
 void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
 // Checks on the device that every element of idx (int64, contiguous) is in
@@ -73,8 +75,9 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 // dlogits [N, V] = scale * (softmax - onehot), scale = dloss / N read on the device.
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
                             const Tensor& targets);
-// out [B, Lp, C] (contiguous, x's dtype) = x [B, L, C] (any strides) at rows
-// [left, left + L) of each batch and zeros elsewhere: conv1d's padded rows.
+// out [B, Lp, C] (contiguous, x's dtype or bfloat16 from float32) = x [B, L, C]
+// (any strides) at rows [left, left + L) of each batch and zeros elsewhere:
+// conv1d's padded rows (converted to bf16 in one pass under mixed precision).
 void pad_rows(const Tensor& out, const Tensor& x, int64_t left);
 // Weight norm per row of v (R rows, contiguous, g [R] contiguous): w = g v / ||v||,
 // norm (float64 [R]) kept for backward; backward writes dv and/or dg (either

@@ -136,12 +136,13 @@ __global__ void ce_backward_kernel(T* dx, const T* x, const double* lse, const i
 // ---- padded rows (conv1d) ---------------------------------------------------------------
 // out (B, Lp, C) contiguous: x (B, L, C; any strides) at rows [left, left + L) of
 // each batch, zeros in the other rows. One pass instead of a fill and a copy.
-template <class T>
-__global__ void pad_rows_kernel(T* out, const T* x, int64_t B, int64_t Lp, int64_t C, int64_t L, int64_t left,
+// D and S may differ (float32 into bfloat16: mixed precision's padded operands).
+template <class D, class S>
+__global__ void pad_rows_kernel(D* out, const S* x, int64_t B, int64_t Lp, int64_t C, int64_t L, int64_t left,
                                 int64_t s0, int64_t s1, int64_t s2) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < B * Lp * C; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = e % C, t = (e / C) % Lp - left, b = e / (C * Lp);
-    out[e] = t >= 0 && t < L ? x[b * s0 + t * s1 + c * s2] : T(0);
+    out[e] = t >= 0 && t < L ? D(x[b * s0 + t * s1 + c * s2]) : D(0.0f);
   }
 }
 
@@ -369,11 +370,18 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Te
 void pad_rows(const Tensor& out, const Tensor& x, int64_t left) {
   const int64_t B = out.size(0), Lp = out.size(1), C = out.size(2);
   if (B * Lp * C == 0) return;
-  dispatch_float(out.dtype(), "CUDA kernel", [&]<class T>() {
-    TCN_LAUNCH(grid_for(B * Lp * C, 256), 256, 0, stream(out.device().index), pad_rows_kernel<T>)(
-        static_cast<T*>(out.raw_data()), static_cast<const T*>(x.raw_data()), B, Lp, C, x.size(1), left, x.stride(0),
+  auto launch = [&]<class D, class S>() {
+    TCN_LAUNCH(grid_for(B * Lp * C, 256), 256, 0, stream(out.device().index), pad_rows_kernel<D, S>)(
+        static_cast<D*>(out.raw_data()), static_cast<const S*>(x.raw_data()), B, Lp, C, x.size(1), left, x.stride(0),
         x.stride(1), x.stride(2));
-  });
+  };
+  if (out.dtype() == DType::BF16 && x.dtype() == DType::F32) {
+    launch.template operator()<bfloat16, float>();
+  } else {
+    TCN_CHECK(out.dtype() == x.dtype(), "pad_rows: ", dtype_name(x.dtype()), " into ", dtype_name(out.dtype()),
+              " (same dtypes, or float32 into bfloat16)");
+    dispatch_float(out.dtype(), "CUDA kernel", [&]<class T>() { launch.template operator()<T, T>(); });
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

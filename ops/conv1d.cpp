@@ -98,7 +98,8 @@ Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype) {
   const int64_t L = x.size(1);
   if (Lp == L && x.is_contiguous()) return x.to(dtype);  // no padding (a 1x1 conv): x as it is, or one conversion
   Tensor p = empty({x.size(0), Lp, x.size(2)}, {dtype, x.device()});
-  if (x.device().is_cuda() && dtype == x.dtype()) {  // one kernel for the zeros and the copy
+  if (x.device().is_cuda() && (dtype == x.dtype() || (dtype == DType::BF16 && x.dtype() == DType::F32))) {
+    // one kernel for the zeros and the copy (and the conversion to bf16)
     TCN_CUDA_OP("conv1d", cuda::pad_rows(p, x, left));
     return p;
   }

@@ -62,12 +62,15 @@ void copy_(const Tensor& dst, const Tensor& src) {
   Tensor s = src.detach();
   if (s.shape() != dst.shape()) s = s.expand(dst.shape());
   const Device dd = dst.device(), sd = s.device();
-  // Between dtypes: a converting copy on the CPU (e.g. float32 into a bfloat16
-  // buffer, one pass); elsewhere the dtypes must match.
+  // Between dtypes: a converting copy within one device (e.g. float32 into a
+  // bfloat16 buffer, one pass); across devices the dtypes must match.
   if (dst.dtype() != src.dtype()) {
-    TCN_CHECK(dd.is_cpu() && sd.is_cpu(), "copy_: dtype mismatch, ", dst.dtype(), " ", dst.shape(), " vs ",
-              src.dtype(), " ", src.shape(), " (converting copies run on the CPU; use .to(dtype))");
-    convert_cpu(dst, s);
+    TCN_CHECK(dd == sd, "copy_: dtype mismatch, ", dst.dtype(), " ", dst.shape(), " on ", dd.str(), " vs ", src.dtype(),
+              " ", src.shape(), " on ", sd.str(), " (a converting copy runs within one device; use .to(dtype))");
+    if (dd.is_cpu())
+      convert_cpu(dst, s);
+    else
+      TCN_CUDA_OP("copy_", cuda::convert(dst, s));
     return;
   }
   if (dd.is_cpu() && sd.is_cpu()) {

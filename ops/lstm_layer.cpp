@@ -190,7 +190,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
   // Mixed precision (core/autocast.h): the recurrent GEMMs multiply bf16 copies
   // of h_{t-1} (dG_t in backward) and W_hh; the cell and the state stay float32.
-  const bool bf16 = autocast_bf16(xp_in);
+  const bool bf16 = autocast_bf16(xp_in) && xp_in.device().is_cpu();  // on CUDA float32 for now (core/autocast.h)
   Tensor whh_b = bf16 ? whh.to(DType::BF16) : Tensor();  // for backward
   Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
   if (act.device().is_cuda()) {

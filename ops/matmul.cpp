@@ -41,7 +41,9 @@ void batched_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor
     fill_(out, 0.0);
     return;
   }
-  if (a.device().is_cuda())
+  if (a.device().is_cuda() && autocast_bf16(a))  // mixed precision: bf16 copies in, float32 out
+    TCN_CUDA_OP(op, cuda::batched_gemm(out, a.to(DType::BF16), b.to(DType::BF16)));
+  else if (a.device().is_cuda())
     TCN_CUDA_OP(op, cuda::batched_gemm(out, a, b));
   else
     batched_gemm_cpu(op, a, b, out);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `charlm train --device cuda` against `--device cpu` through the command line:
-# both models, dropout on, 5 steps on a tiny corpus made here; the printed losses
+# both models in fp32 and the TCN in bf16, dropout on, 5 steps on a tiny corpus made here; the printed losses
 # (stdout, 3 decimals) and the metrics CSV's (6 decimals) must agree within
 # 1e-4 relative plus half a unit of the last printed digit.
 # Usage: cli_cuda_vs_cpu.sh CHARLM. Exit 77 (ctest: skipped) when no GPU is usable.
@@ -25,25 +25,29 @@ compare() {  # file_a file_b abs_tol what
 }
 
 status=0
-for model in tcn lstm; do
+# "tcn-bf16": the TCN in mixed precision on both devices (bf16 GEMM operands).
+for run in tcn lstm tcn-bf16; do
+  model=${run%-bf16}
+  precision=fp32
+  [ "$run" = "$model" ] || precision=bf16
   for dev in cpu cuda; do
-    if ! "$charlm" train --model "$model" --device "$dev" --metrics "$dir/$model-$dev.csv" "${flags[@]}" \
-        > "$dir/$model-$dev.out" 2> "$dir/$model-$dev.err"; then
-      if [ "$dev" = cuda ] && grep -q "no usable GPU" "$dir/$model-$dev.err"; then
-        echo "skipped: $(cat "$dir/$model-$dev.err")"
+    if ! "$charlm" train --model "$model" --device "$dev" --precision "$precision" --metrics "$dir/$run-$dev.csv" "${flags[@]}" \
+        > "$dir/$run-$dev.out" 2> "$dir/$run-$dev.err"; then
+      if [ "$dev" = cuda ] && grep -q "no usable GPU" "$dir/$run-$dev.err"; then
+        echo "skipped: $(cat "$dir/$run-$dev.err")"
         exit 77
       fi
-      echo "charlm train --model $model --device $dev failed:"
-      cat "$dir/$model-$dev.err"
+      echo "charlm train --model $model --device $dev --precision $precision failed:"
+      cat "$dir/$run-$dev.err"
       exit 1
     fi
     # "| epoch   1 |     1/    6 batches | ... | loss 2.197 | bpc 3.170": the loss field.
-    sed -n 's/.*| loss \([0-9.]*\) |.*/\1/p' "$dir/$model-$dev.out" > "$dir/$model-$dev.printed"
-    awk -F, '$1 == "train" { print $5 }' "$dir/$model-$dev.csv" > "$dir/$model-$dev.logged"
+    sed -n 's/.*| loss \([0-9.]*\) |.*/\1/p' "$dir/$run-$dev.out" > "$dir/$run-$dev.printed"
+    awk -F, '$1 == "train" { print $5 }' "$dir/$run-$dev.csv" > "$dir/$run-$dev.logged"
   done
-  echo "$model losses (cuda, cpu):"
-  paste "$dir/$model-cuda.logged" "$dir/$model-cpu.logged"
-  compare "$dir/$model-cuda.printed" "$dir/$model-cpu.printed" 0.0005 "$model printed" || status=1
-  compare "$dir/$model-cuda.logged" "$dir/$model-cpu.logged" 0.0000005 "$model metrics CSV" || status=1
+  echo "$run losses (cuda, cpu):"
+  paste "$dir/$run-cuda.logged" "$dir/$run-cpu.logged"
+  compare "$dir/$run-cuda.printed" "$dir/$run-cpu.printed" 0.0005 "$run printed" || status=1
+  compare "$dir/$run-cuda.logged" "$dir/$run-cpu.logged" 0.0000005 "$run metrics CSV" || status=1
 done
 exit $status

@@ -2,6 +2,8 @@
 // inputs (ggml's test-backend-ops idea). Skipped, and reported as skipped,
 // when no GPU is usable. Tolerances: float64 relative 1e-12 (1e-10 for sums
 // and products, whose order differs), float32 relative 1e-5 (1e-4 for GEMM).
+#include <limits>
+
 #include "core/autocast.h"
 #include "cuda/kernels.h"
 #include "cuda_compare.h"
@@ -133,6 +135,53 @@ TEST_CASE("CUDA vs CPU: dropout reads strided inputs and gradients; pad is one k
   compare([](const TensorList& v) { return pad(v[0], 2, 1, 3); }, {x4}, 1e-12);
   compare([](const TensorList& v) { return pad(v[0].transpose(0, 1), 0, 3, 0); }, {x2}, 1e-12);
   compare([](const TensorList& v) { return pad(v[0], 0, 0, 2, 1.5); }, {x2}, 1e-12);  // non-zero value
+}
+
+TEST_CASE("CUDA bf16: conversions, copies and fills as on the CPU; autocast GEMMs (cublasGemmEx) as the CPU's bf16" *
+          doctest::skip(kNoGpu)) {
+  const Device gpu(Device::cuda(0));
+  // Conversions round to nearest even as the CPU's (NaN, infinities and ties included).
+  std::vector<float> vals{1.0f, -2.5f, 3.14159f, 1e-30f, 65504.0f, 1.00390625f, 1.01171875f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  Tensor f = from_vector<float>(vals, {3, 3});
+  const Tensor cpu_b = f.to(DType::BF16), gpu_b = f.to(gpu).to(DType::BF16);
+  CHECK(gpu_b.dtype() == DType::BF16);
+  CHECK(gpu_b.to(Device::cpu()).to(DType::F32).to_vector<float>() == cpu_b.to(DType::F32).to_vector<float>());
+  CHECK(gpu_b.to(DType::F32).to(Device::cpu()).to_vector<float>() == cpu_b.to(DType::F32).to_vector<float>());
+  // A strided bf16 copy (a transpose) and a fill.
+  Tensor t = empty({3, 3}, {DType::BF16, gpu});
+  copy_(t, gpu_b.t());
+  CHECK(t.to(DType::F32).to(Device::cpu()).to_vector<float>() == cpu_b.t().contiguous().to(DType::F32).to_vector<float>());
+  fill_(t, 0.75);
+  CHECK(t.to(DType::F32).to(Device::cpu()).to_vector<float>() == std::vector<float>(9, 0.75f));
+
+  // conv1d (causal, dilated, with bias) and mm with a transposed operand in
+  // bf16: the CPU's bf16 results (exact products, float32 sums in another
+  // order), gradients included; and not the float32 ones.
+  Tensor x = rand_tensor({2, 29, 12}, 31, false, -1, 1, DType::F32);
+  Tensor w = rand_tensor({10, 12, 3}, 32, false, -0.4, 0.4, DType::F32);
+  Tensor b = rand_tensor({10}, 33, false, -1, 1, DType::F32);
+  Tensor m = rand_tensor({7, 10}, 34, false, -1, 1, DType::F32);
+  auto net = [](const TensorList& v) {
+    Autocast bf16(Precision::BF16);
+    Tensor y = conv1d(v[0], v[1], v[2], 2, 4);
+    return mm(y.reshape({-1, 10}), v[3].t());
+  };
+  compare(net, {x, w, b, m}, 1e-5, 1e-6);
+  Tensor g16, g32;
+  {
+    Autocast bf16(Precision::BF16);
+    g16 = conv1d(x.to(gpu), w.to(gpu), b.to(gpu), 2, 4).to(Device::cpu());
+  }
+  g32 = conv1d(x.to(gpu), w.to(gpu), b.to(gpu), 2, 4).to(Device::cpu());
+  CHECK(g16.dtype() == DType::F32);
+  double d = 0, n = 0;
+  const auto v16 = g16.to_vector<float>(), v32 = g32.to_vector<float>();
+  for (size_t i = 0; i < v16.size(); ++i) {
+    d += (v16[i] - v32[i]) * (v16[i] - v32[i]);
+    n += v32[i] * v32[i];
+  }
+  CHECK(std::sqrt(d / n) > 1e-4);  // the bf16 path ran on the device
 }
 
 // ---- coverage of every kernel path ---------------------------------------------------

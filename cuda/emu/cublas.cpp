@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bfloat16.h"
 #include "cuda/emu/cublas_api.h"
 #include "cuda/emu/internal.h"
 
@@ -71,9 +72,11 @@ bool operand_in_device_memory(const char* call, const char* name, const T* p, in
   return false;
 }
 
-template <class T>
+// In: the type of A and B (T, or bfloat16 with T float: cublasGemmEx's mixed
+// precision); T: C's, alpha's and beta's, and the accumulation's.
+template <class T, class In = T>
 cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const T* alpha, const T* A, int lda, long long sa, const T* B, int ldb, long long sb,
+                    int k, const T* alpha, const In* A, int lda, long long sa, const In* B, int ldb, long long sb,
                     const T* beta, T* C, int ldc, long long sc, int batch) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   auto op_ok = [](cublasOperation_t o) { return o == CUBLAS_OP_N || o == CUBLAS_OP_T || o == CUBLAS_OP_C; };
@@ -101,6 +104,13 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
     tcn::emu::count_cublas_call();  // when it runs: a graph's GEMMs count at every replay
     const T a = device_scalars ? *alpha : a_now, b = device_scalars ? *beta : b_now;
     for (int i = 0; i < batch; ++i) {
+      if constexpr (!std::is_same_v<In, T>) {  // bf16 operands: exact in float, multiplied and summed in float
+        const size_t na = k > 0 ? static_cast<size_t>(ca - 1) * lda + ra : 0;
+        const size_t nb = k > 0 ? static_cast<size_t>(cb - 1) * ldb + rb : 0;
+        const std::vector<T> wa(A + i * sa, A + i * sa + na), wb(B + i * sb, B + i * sb + nb);
+        blas_gemm(at, bt, m, n, k, a, wa.data(), lda, wb.data(), ldb, b, C + i * sc, ldc);
+        continue;
+      } else {
       const T* Ai = A + i * sa;
       const T* Bi = B + i * sb;
       std::vector<T> ra32, rb32;
@@ -114,6 +124,7 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
         Bi = rb32.data();
       }
       blas_gemm(at, bt, m, n, k, a, Ai, lda, Bi, ldb, b, C + i * sc, ldc);
+      }
     }
   });
   if (e != cudaSuccess) {
@@ -228,4 +239,45 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
   tl_status_detail.clear();
   return gemm("cublasDgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
               batch);
+}
+
+namespace {
+
+// The mixed-precision GEMMs tcn asks cublasGemmEx for: bf16 A and B, float32 C
+// and scalars, float32 compute. Anything else is refused, saying what came.
+cublasStatus_t gemm_ex(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                       int k, const void* alpha, const void* A, cudaDataType_t at, int lda, long long sa,
+                       const void* B, cudaDataType_t bt, int ldb, long long sb, const void* beta, void* C,
+                       cudaDataType_t ct, int ldc, long long sc, int batch, cublasComputeType_t compute,
+                       cublasGemmAlgo_t algo) {
+  tl_status_detail.clear();
+  if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F) {
+    std::ostringstream o;
+    o << call << ": the emulated cuBLAS supports A and B CUDA_R_16BF (14), C CUDA_R_32F (0), compute "
+      << "CUBLAS_COMPUTE_32F (68); got A " << at << ", B " << bt << ", C " << ct << ", compute " << compute;
+    tl_status_detail = o.str();
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (algo != CUBLAS_GEMM_DEFAULT) return invalid(std::string(call) + ": only CUBLAS_GEMM_DEFAULT is emulated");
+  return gemm<float, tcn::bfloat16>(call, h, ta, tb, m, n, k, static_cast<const float*>(alpha),
+                                    static_cast<const tcn::bfloat16*>(A), lda, sa, static_cast<const tcn::bfloat16*>(B),
+                                    ldb, sb, static_cast<const float*>(beta), static_cast<float*>(C), ldc, sc, batch);
+}
+
+}  // namespace
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType_t at, int lda, const void* B,
+                            cudaDataType_t bt, int ldb, const void* beta, void* C, cudaDataType_t ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  return gemm_ex("cublasGemmEx", h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
+                 compute, algo);
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void* alpha, const void* A, cudaDataType_t at, int lda,
+                                          long long sa, const void* B, cudaDataType_t bt, int ldb, long long sb,
+                                          const void* beta, void* C, cudaDataType_t ct, int ldc, long long sc,
+                                          int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  return gemm_ex("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct,
+                 ldc, sc, batch, compute, algo);
 }

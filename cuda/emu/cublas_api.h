@@ -32,6 +32,12 @@ enum cublasMath_t {
 
 enum cublasPointerMode_t { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 };
 
+// cublasGemmEx's types (CUDA's library_types.h values); the emulator runs bf16
+// A and B with float32 C and compute, what mixed precision asks for.
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16BF = 14 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
+
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
 
@@ -60,3 +66,13 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const double* alpha, const double* A, int lda,
                                          long long strideA, const double* B, int ldb, long long strideB,
                                          const double* beta, double* C, int ldc, long long strideC, int batch);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType_t Atype, int lda, const void* B,
+                            cudaDataType_t Btype, int ldb, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);

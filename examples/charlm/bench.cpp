@@ -222,7 +222,7 @@ int run_bench(const BenchOptions& opts, const char*) {
     configs.clear();
     if (o.precision == "fp32" || o.precision == "both") configs.push_back({Precision::FP32, cpu::gemm_library()});
     if (o.precision == "tf32" || o.precision == "both") configs.push_back({Precision::TF32, cpu::gemm_library()});
-    TCN_CHECK(!configs.empty(), "--precision bf16 runs on the CPU only so far; on CUDA use fp32 or tf32");
+    if (o.precision == "bf16" || o.precision == "both") configs.push_back({Precision::BF16, cpu::gemm_library()});
   }
   // PyTorch's rows: the published locuslab formulation and the fastest faithful
   // one (tools/bench_torch.py --variant lean), fp32, and the lean one in bf16 autocast.
@@ -261,9 +261,9 @@ int run_bench(const BenchOptions& opts, const char*) {
         best = r.t.median_ms;
     return best;
   };
-  // The issue-10 targets, as ratios to the fastest PyTorch fp32 row (and bf16 row).
+  // The issue-10 targets (CPU), as ratios to the fastest PyTorch fp32 row (and bf16 row).
   auto target = [&](const Row& r) -> std::string {
-    if (r.framework != "tcn") return "";
+    if (r.framework != "tcn" || dev.is_cuda()) return "";
     const double f32 = fastest_torch(r.kind, "fp32"), b16 = fastest_torch(r.kind, "bf16");
     if (f32 == 0) return "(no PyTorch row)";
     const double ratio = r.t.median_ms / f32;

@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
   train->add_option("--lr", t.lr, "initial learning rate, in (0, 1e30]")->capture_default_str();
   train->add_option("--optim", t.optim, "SGD or Adam")->capture_default_str()->check(CLI::IsMember({"SGD", "Adam"}));
   train->add_option("--precision", t.precision,
-                    "fp32; bf16 (CPU): bf16 GEMM operands with fp32 accumulation, fp32 weights and optimizer; "
-                    "tf32 (CUDA): TF32 tensor-core GEMMs")
+                    "fp32; bf16: bf16 GEMM operands with fp32 accumulation, fp32 weights and optimizer (CPU and "
+                    "CUDA); tf32 (CUDA): TF32 tensor-core GEMMs")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   train->add_option("--clip", t.clip, "gradient clipping norm, in [0, 1e6] (0: off)")->capture_default_str();
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   eval->add_option("--batch_size", e.batch_size, "streams, in [1, 100000]")->capture_default_str();
   eval->add_option("--max_batches", e.max_batches, "at most this many windows, in [0, 1e12] (0: all)")->capture_default_str();
   eval->add_option("--device", e.device)->capture_default_str();
-  eval->add_option("--precision", e.precision, "fp32, tf32 (CUDA) or bf16 (CPU)")
+  eval->add_option("--precision", e.precision, "fp32, tf32 (CUDA) or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   eval->add_option("--threads", e.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
   bench->add_option("--seq_len", b.seq_len, "window length, in [1, 1000000]")->capture_default_str();
   bench->add_option("--validseqlen", b.validseqlen, "scored positions, in [1, --seq_len]")->capture_default_str();
   bench->add_option("--precision", b.precision,
-                    "fp32, bf16 (CPU), tf32 (CUDA) or both (fp32 and the device's reduced precision): a row each")
+                    "fp32, bf16, tf32 (CUDA) or both (fp32 and the device's reduced precisions: bf16 on a CPU, tf32 and "
+                    "bf16 on CUDA): a row each")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "both"}));
   bench->add_option("--cuda_graph", b.cuda_graph, "on CUDA, our steps as one CUDA graph each: auto, on or off")
