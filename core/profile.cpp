@@ -1,5 +1,7 @@
 #include "core/profile.h"
 
+#include <atomic>
+
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -42,7 +44,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint32_t g_recordings = 0;  // recordings started, process-wide (tags name theirs)
+std::atomic<uint32_t> g_recordings{0};  // recordings started, process-wide (tags name theirs)
 
 }  // namespace
 
@@ -68,7 +70,9 @@ class Recorder {
     r.parent = stack_.empty() ? -1 : stack_.back();
     if (timer_) {
       r.ev_begin = timer_->mark();
-      cuda::nvtx_push(rec.names[static_cast<size_t>(name)].c_str());
+      // NVTX shows a module by its path, everything else by its name (as the trace does).
+      const bool mod = kind == Kind::Module && module >= 0;
+      cuda::nvtx_push((mod ? rec.modules[static_cast<size_t>(module)] : rec.names[static_cast<size_t>(name)]).c_str());
     }
     if (rec.launches_counted) r.launches = -launches_so_far();
     r.host_begin_ns = now_ns();

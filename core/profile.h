@@ -10,7 +10,7 @@
 //
 // GEMMs report their FLOPs themselves (ops/cpu_blas.cpp, cuda/gemm.cu), so
 // every op that runs one gets a GFLOP/s, forward and backward. A module's
-// forward opens a profile::Module (nn::Module::profile_scope), autograd's
+// forward opens a profile::ModuleScope (nn::Module::profile_scope), autograd's
 // backward opens, for each node it runs, the module the node was recorded in
 // and an op range with the node's name; optimizers open Phase::Optimizer.
 //
@@ -104,7 +104,11 @@ class [[nodiscard]] Scope {
  public:
   Scope(Kind kind, const char* name) : Scope(active() ? detail::begin(kind, name) : -1) {}
   ~Scope() {
-    if (range_ >= 0) detail::end(recording_, range_);
+    if (range_ < 0) return;
+    try {
+      detail::end(recording_, range_);
+    } catch (...) {  // a failing device (its error is raised by the op's own next call): never from a destructor
+    }
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;

@@ -71,8 +71,9 @@ class Graph {
 // Timing marks on a device's stream, for the profiler (core/profile.h). mark()
 // records an event on the stream where the work stands now (no host wait);
 // collect() waits for the stream, after which ms(m) is the device's time from
-// construction to mark m. Events are reused once collected, so a long profile
-// holds only one step's worth.
+// construction to mark m. Every mark is an event until collect(), which the
+// profiler calls once, when it stops (a profile of N steps holds N steps'
+// events); after collect() the events are reused.
 class EventTimer {
  public:
   explicit EventTimer(int device);

@@ -53,9 +53,9 @@ void convert_cpu(const Tensor& dst, const Tensor& src) {
 
 void copy_(const Tensor& dst, const Tensor& src) {
   const profile::Op range("copy_");
-  profile::add_bytes(2 * nbytes(dst));
   check_defined("copy_", dst, "destination");
   check_defined("copy_", src, "source");
+  profile::add_bytes(2 * nbytes(dst));
   TCN_CHECK(!(dst.requires_grad() && autograd::grad_enabled()), "copy_: in-place update of a tensor that requires grad (shape ",
             dst.shape(), "); run it under autograd::NoGrad");
   broadcast_shapes(dst.shape(), src.shape(), "copy_");  // throws on mismatch

@@ -200,15 +200,17 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
 
 Tensor dropout(const Tensor& x, double p, Generator& gen) {
   const profile::Op range("dropout");
-  profile::add_bytes(2 * nbytes(x) + static_cast<double>(x.numel()));  // + the mask
+  check_defined("dropout", x);
   if (p == 0.0) return x;
+  profile::add_bytes(2 * nbytes(x) + static_cast<double>(x.numel()));  // + the mask
   return dropout_impl<false>("dropout", x, p, gen);
 }
 
 Tensor relu_dropout(const Tensor& x, double p, Generator& gen) {
   const profile::Op range("relu_dropout");
+  check_defined("relu_dropout", x);
+  if (p == 0.0) return relu(x);  // relu counts its own bytes
   profile::add_bytes(2 * nbytes(x) + static_cast<double>(x.numel()));  // + the mask
-  if (p == 0.0) return relu(x);
   return dropout_impl<true>("relu_dropout", x, p, gen);
 }
 

@@ -7,7 +7,6 @@ namespace tcn {
 
 Tensor pad(const Tensor& x, int64_t dim_in, int64_t left, int64_t right, double value) {
   const profile::Op range("pad");
-  profile::add_bytes(2 * nbytes(x));
   check_defined("pad", x);
   int64_t dim = wrap_dim(dim_in, x.dim(), "pad");
   TCN_CHECK(left >= 0 && right >= 0, "pad: negative padding (", left, ", ", right, ") on shape ", x.shape());
@@ -25,6 +24,7 @@ Tensor pad(const Tensor& x, int64_t dim_in, int64_t left, int64_t right, double 
     out = empty(out_shape, x.options());
     const Tensor x3 = x.is_contiguous() ? x.detach().view({outer, x.size(dim), inner}) : x.detach();
     TCN_CUDA_OP("pad", cuda::pad_rows(out.view({outer, out_shape[dim], inner}), x3, left));
+    profile::add_bytes(nbytes(x) + nbytes(out));  // the fallback's fill and copy count their own
   } else {
     out = full(out_shape, value, x.options());
     copy_(out.detach().narrow(dim, left, x.size(dim)), x.detach());

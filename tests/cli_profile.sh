@@ -12,7 +12,9 @@ trap 'rm -rf "$dir"' EXIT
 
 bash "$(dirname "$0")/synthetic_corpus.sh" "$dir" 6000 1500
 flags=(--batch_size 4 --seq_len 40 --validseqlen 30 --emsize 8 --nhid 12 --levels 2 --device cpu
-       --eval_batch_size 2 --eval_batches 2 --log-interval 100 --data "$dir" --metrics "$dir/m.csv")
+       --eval_batch_size 2 --eval_batches 2 --log-interval 3 --data "$dir")
+base=("${flags[@]}")
+flags+=(--metrics "$dir/m.csv")
 fail() { echo "FAIL: $*"; exit 1; }
 json_ok() { python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1"; }
 
@@ -30,9 +32,20 @@ grep -qF "tcn.network.1.conv2" "$dir/out" && fail "the lstm table names a TCN mo
 "$charlm" train "${flags[@]}" --max_steps 6 --profile 2 > "$dir/out" 2> "$dir/err" || fail "tcn: $(cat "$dir/err")"
 grep -qF "tcn.network.1.conv2" "$dir/out" || fail "the tcn table has no tcn.network.1.conv2 row: $(cat "$dir/out")"
 
+# Profiling changes no result: the logged losses equal an unprofiled run's
+# (the profiled steps' losses still go into their log interval).
+"$charlm" train "${base[@]}" --max_steps 6 --metrics "$dir/plain.csv" > /dev/null 2>&1 ||
+  fail "plain run"
+"$charlm" train "${base[@]}" --max_steps 6 --profile 2 --metrics "$dir/prof.csv" > /dev/null 2>&1 ||
+  fail "profiled run"
+losses() { awk -F, '$1 == "train" || $1 == "valid" { print $1, $3, $5 }' "$1"; }
+[ "$(losses "$dir/plain.csv")" = "$(losses "$dir/prof.csv")" ] && [ -n "$(losses "$dir/plain.csv")" ] ||
+  fail "profiling changed the logged losses: $(losses "$dir/plain.csv") vs $(losses "$dir/prof.csv")"
+echo "profiled run logs the same losses"
+
 # The run ends during the profiled steps, or before them.
 "$charlm" train "${flags[@]}" --max_steps 4 --profile 5 > "$dir/out" 2> "$dir/err" || fail "short: $(cat "$dir/err")"
-grep -qF "(the run ended after 2 of the 5 steps to profile)" "$dir/out" || fail "short run: $(cat "$dir/out")"
+grep -qF "(profiled 2 of the 5 steps asked for: the run ended first)" "$dir/out" || fail "short run: $(cat "$dir/out")"
 "$charlm" train "${flags[@]}" --max_steps 1 --profile 2 > "$dir/out" 2> "$dir/err" || fail "shorter: $(cat "$dir/err")"
 grep -qF "the run ended before the profiled steps" "$dir/out" || fail "shorter run: $(cat "$dir/out")"
 echo "short runs: ok"

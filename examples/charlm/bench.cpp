@@ -105,7 +105,7 @@ Timing time_ours(const std::string& kind, const BenchOptions& o, const Device& d
   if (o.profile > 0) {  // after the timed steps, so that they are as without it
     nn::Profiler prof(*model, dev);
     for (int64_t s = 0; s < o.profile; ++s) prof.step([&] { (void)graph.run(0, body); });
-    r.profile = prof.finish().table(std::getenv("TCN_ALLROWS") ? 100000 : 40);
+    r.profile = prof.finish().table();
     if (!o.trace.empty()) {
       std::string tag = label;  // " (fp32, oneDNN)" -> "-tcn-fp32-oneDNN"
       for (char& c : tag)

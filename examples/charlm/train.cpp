@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "core/autocast.h"
@@ -532,13 +533,16 @@ int run_train(TrainOptions o) {
     unread.clear();
     return r;
   };
-  auto report_profile = [&] {  // the table (and the trace) of the steps profiled so far
-    settle();  // a bad step among them: its error first
-    if (tty) std::fprintf(stderr, "\r%80s\r", "");
+  // The table (and the trace) of the steps profiled so far. Recording stops
+  // first, so `read_losses` (the watch read: a bad step's error comes first,
+  // and its losses go to the interval's sum) is not part of it.
+  auto report_profile = [&](const std::function<void()>& read_losses) {
     const nn::ProfileReport& r = prof->finish();
+    read_losses();
+    if (tty) std::fprintf(stderr, "\r%80s\r", "");
     if (r.steps < profile_steps)
-      say("\n(the run ended after %lld of the %lld steps to profile)", static_cast<long long>(r.steps),
-          static_cast<long long>(profile_steps));
+      say("\n(profiled %lld of the %lld steps asked for: the %s ended first)", static_cast<long long>(r.steps),
+          static_cast<long long>(profile_steps), stop ? "run" : "epoch");
     say("\n%s\n", r.table().c_str());
     if (!o.trace.empty()) {
       prof->write_trace(o.trace);
@@ -598,7 +602,7 @@ int run_train(TrainOptions o) {
       if (profile_steps > 0 && st.step == profile_from) prof = std::make_unique<nn::Profiler>(*model, device);
       if (prof) {
         prof->step(one_step);
-        if (st.step + 1 == profile_from + profile_steps) report_profile();
+        if (st.step + 1 == profile_from + profile_steps) report_profile(drain);
       } else {
         one_step();
       }
@@ -653,6 +657,7 @@ int run_train(TrainOptions o) {
       }
     }
     settle();  // the epoch's (or run's) last steps: a bad one stops here, before evaluation and saves
+    if (prof) report_profile([] {});  // before the evaluation and saves, which are not steps
     if (StopSignals::received()) return interrupted(true);
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     const bool full_epoch = !stop;
@@ -685,7 +690,6 @@ int run_train(TrainOptions o) {
     if (stop || (o.max_steps > 0 && st.step >= o.max_steps)) break;  // no empty extra epoch at the limit
   }
   if (StopSignals::received()) return interrupted(false);  // during the last epoch end's evaluation or save
-  if (prof) report_profile();
   if (profile_steps > 0)
     say("--profile: the run ended before the profiled steps (they follow 2 warm-up steps); nothing profiled\n");
   log.close();
