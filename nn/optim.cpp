@@ -10,10 +10,6 @@
 namespace tcn::nn {
 
 namespace {
-double param_bytes(const Tensor& p) {
-  return static_cast<double>(p.numel()) * static_cast<double>(dtype_size(p.dtype()));
-}
-
 // Element loops over a contiguous CPU parameter, its gradient and state tensors.
 template <class F>
 void for_each_element(const Tensor& p, F f) {
@@ -123,7 +119,7 @@ void SGD::step(const Tensor& gate) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    profile::add_bytes(param_bytes(p) * (momentum != 0 ? 5 : 3));  // w read and written, g read (+ the buffer)
+    profile::add_bytes(nbytes(p) * (momentum != 0 ? 5 : 3));  // w read and written, g read (+ the buffer)
     // A buffer that a gated-off step left at zero gives the same update either way.
     bool first = momentum != 0 && started_.data<double>()[i] == 0;
     // A replay cannot start a buffer: the kernel's `first` is fixed when captured.
@@ -190,7 +186,7 @@ void Adam::step(const Tensor& gate) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    profile::add_bytes(param_bytes(p) * 7);  // w, m, v read and written, g read
+    profile::add_bytes(nbytes(p) * 7);  // w, m, v read and written, g read
     if (p.device().is_cuda()) {  // the step count is on the device: the kernel computes the bias corrections
       add_to_batch(on_gpu, cuda::AdamParam{p, g.contiguous(), m_[i], v_[i], steps_.narrow(0, i, 1)}, flush);
       continue;

@@ -33,11 +33,11 @@ void check_targets(const Tensor& targets, int64_t N, int64_t V) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
   const profile::Op range("cross_entropy");
-  profile::add_bytes(nbytes(logits));
   check_defined("cross_entropy", logits);
   check_defined("cross_entropy", targets_in, "targets");
   check_float("cross_entropy", logits);
   check_same_device("cross_entropy", logits, targets_in);
+  profile::add_bytes(nbytes(logits));
   TCN_CHECK(logits.dim() >= 1, "cross_entropy: logits must be [..., classes]");
   TCN_CHECK(targets_in.dtype() == DType::I64, "cross_entropy: targets must be int64, got ", targets_in.dtype());
   Shape lead(logits.shape().begin(), logits.shape().end() - 1);

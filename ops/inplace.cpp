@@ -18,8 +18,8 @@ void check_inplace(const char* op, const Tensor& x) {
 
 void fill_(const Tensor& x, double value) {
   const profile::Op range("fill_");
-  profile::add_bytes(nbytes(x));
   check_inplace("fill_", x);
+  profile::add_bytes(nbytes(x));
   if (x.device().is_cuda()) {
     TCN_CUDA_OP("fill_", cuda::fill(x, value));
     return;
@@ -32,9 +32,9 @@ void fill_(const Tensor& x, double value) {
 
 void add_(const Tensor& x, const Tensor& y, double alpha) {
   const profile::Op range("add_");
-  profile::add_bytes(2 * nbytes(x) + nbytes(y));
   check_inplace("add_", x);
   check_defined("add_", y);
+  profile::add_bytes(2 * nbytes(x) + nbytes(y));
   check_same_dtype("add_", x, y);
   check_same_device("add_", x, y);
   check_float("add_", x);
@@ -55,9 +55,9 @@ void add_(const Tensor& x, const Tensor& y, double alpha) {
 
 void mul_(const Tensor& x, double s) {
   const profile::Op range("mul_");
-  profile::add_bytes(2 * nbytes(x));
   check_inplace("mul_", x);
   check_float("mul_", x);
+  profile::add_bytes(2 * nbytes(x));
   if (x.device().is_cuda()) {
     TCN_CUDA_OP("mul_", cuda::mul_inplace(x, s));
     return;
@@ -70,9 +70,9 @@ void mul_(const Tensor& x, double s) {
 
 void mul_(const Tensor& x, const Tensor& s) {
   const profile::Op range("mul_");
-  profile::add_bytes(2 * nbytes(x));
   check_inplace("mul_", x);
   check_defined("mul_", s);
+  profile::add_bytes(2 * nbytes(x));
   check_same_dtype("mul_", x, s);
   check_same_device("mul_", x, s);
   check_float("mul_", x);

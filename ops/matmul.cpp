@@ -14,12 +14,11 @@ namespace tcn {
 namespace {
 
 // out[b] = a[b] @ b[b] for every batch b; a is [B, M, K] (K > 0), b is [B, K, N], out [B, M, N] contiguous.
+// bfloat16 a and b (mixed precision) give a float32 out.
 void batched_gemm_cpu(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
-  if (autocast_bf16(a_in)) {
-    // Mixed precision (core/autocast.h): bfloat16 copies of both operands
-    // (contiguous: the conversion is the one copy), float32 accumulation and output.
-    GemmOperands g = gemm_operands(a_in.to(DType::BF16), b_in.to(DType::BF16));
+  if (a_in.dtype() == DType::BF16) {
+    GemmOperands g = gemm_operands(a_in, b_in);
     for (int64_t i = 0; i < B; ++i)
       cpu::gemm(g.la.trans, g.lb.trans, M, N, K, g.a.data<bfloat16>() + i * g.a.stride(0), g.la.ld,
                 g.b.data<bfloat16>() + i * g.b.stride(0), g.lb.ld, 0.0f, out.data<float>() + i * M * N, N);
@@ -41,12 +40,15 @@ void batched_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor
     fill_(out, 0.0);
     return;
   }
-  if (a.device().is_cuda() && autocast_bf16(a))  // mixed precision: bf16 copies in, float32 out
-    TCN_CUDA_OP(op, cuda::batched_gemm(out, a.to(DType::BF16), b.to(DType::BF16)));
-  else if (a.device().is_cuda())
-    TCN_CUDA_OP(op, cuda::batched_gemm(out, a, b));
+  // Mixed precision (core/autocast.h), on either device: bfloat16 copies of
+  // both operands (contiguous: the conversion is the one copy), float32
+  // accumulation and output.
+  const bool bf16 = autocast_bf16(a);
+  const Tensor a_op = bf16 ? a.to(DType::BF16) : a, b_op = bf16 ? b.to(DType::BF16) : b;
+  if (a.device().is_cuda())
+    TCN_CUDA_OP(op, cuda::batched_gemm(out, a_op, b_op));
   else
-    batched_gemm_cpu(op, a, b, out);
+    batched_gemm_cpu(op, a_op, b_op, out);
 }
 
 void check_matmul_args(const char* op, const Tensor& a, const Tensor& b) {

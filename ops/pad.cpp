@@ -13,7 +13,7 @@ Tensor pad(const Tensor& x, int64_t dim_in, int64_t left, int64_t right, double 
   Shape out_shape = x.shape();
   out_shape[dim] += left + right;
   Tensor out;
-  if (x.device().is_cuda() && value == 0.0 && x.dtype() != DType::I64 && x.dtype() != DType::BF16 &&
+  if (x.device().is_cuda() && value == 0.0 && (x.dtype() == DType::F32 || x.dtype() == DType::F64) &&
       (x.is_contiguous() || (x.dim() == 3 && dim == 1))) {
     // One kernel for the zeros and the copy (as conv1d's padding): x seen as
     // [outer, n, inner] rows, placed at rows [left, left + n). This is also

@@ -114,9 +114,9 @@ void sum_cpu(const Tensor& x, const ReducePlan& p, T* out) {
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const profile::Op range("sum");
-  profile::add_bytes(nbytes(x));
   check_defined("sum", x);
   check_float("sum", x);
+  profile::add_bytes(nbytes(x));
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   Tensor out = empty(p.out_shape, x.options());
   if (x.device().is_cuda()) {
