@@ -1,8 +1,8 @@
-#include "autograd/tape.h"
+#include "tcn/autograd/tape.h"
 
-#include "core/autocast.h"
-#include "core/profile.h"
-#include "ops/ops.h"
+#include "tcn/core/autocast.h"
+#include "tcn/core/profile.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn::autograd {
 

@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tcn/core/tensor.h"
 
 namespace tcn {
 using TensorList = std::vector<Tensor>;

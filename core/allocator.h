@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "core/device.h"
+#include "tcn/core/device.h"
 
 namespace tcn {
 

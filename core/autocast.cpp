@@ -1,4 +1,4 @@
-#include "core/autocast.h"
+#include "tcn/core/autocast.h"
 
 namespace tcn {
 

@@ -27,7 +27,7 @@
 
 #include <string>
 
-#include "core/tensor.h"
+#include "tcn/core/tensor.h"
 
 namespace tcn {
 

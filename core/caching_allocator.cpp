@@ -1,4 +1,4 @@
-#include "core/caching_allocator.h"
+#include "tcn/core/caching_allocator.h"
 
 namespace tcn {
 

@@ -29,8 +29,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/allocator.h"
-#include "core/error.h"
+#include "tcn/core/allocator.h"
+#include "tcn/core/error.h"
 
 namespace tcn {
 

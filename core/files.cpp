@@ -1,4 +1,4 @@
-#include "core/files.h"
+#include "tcn/core/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
+#include "tcn/core/error.h"
 
 namespace tcn {
 

@@ -1,4 +1,4 @@
-#include "core/generator.h"
+#include "tcn/core/generator.h"
 
 namespace tcn {
 

@@ -29,7 +29,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "core/device.h"
+#include "tcn/core/device.h"
 
 namespace tcn::profile {
 

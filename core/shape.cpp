@@ -1,8 +1,8 @@
-#include "core/shape.h"
+#include "tcn/core/shape.h"
 
 #include <algorithm>
 
-#include "core/device.h"
+#include "tcn/core/device.h"
 
 namespace tcn {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
+#include "tcn/core/error.h"
 #include <vector>
 
 namespace tcn {

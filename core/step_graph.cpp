@@ -1,9 +1,9 @@
-#include "core/step_graph.h"
+#include "tcn/core/step_graph.h"
 
-#include "autograd/tape.h"
-#include "core/profile.h"
-#include "cuda/runtime.h"
-#include "ops/ops.h"
+#include "tcn/autograd/tape.h"
+#include "tcn/core/profile.h"
+#include "tcn/cuda/runtime.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
-#include "core/generator.h"
-#include "core/tensor.h"
+#include "tcn/core/generator.h"
+#include "tcn/core/tensor.h"
 
 namespace tcn {
 

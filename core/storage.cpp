@@ -1,10 +1,10 @@
-#include "core/storage.h"
+#include "tcn/core/storage.h"
 
 #include <cstdlib>
 
-#include "core/caching_allocator.h"
-#include "core/error.h"
-#include "cuda/runtime.h"
+#include "tcn/core/caching_allocator.h"
+#include "tcn/core/error.h"
+#include "tcn/cuda/runtime.h"
 
 namespace tcn {
 

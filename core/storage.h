@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include "tcn/core/allocator.h"
+#include "tcn/core/device.h"
 
 namespace tcn {
 

@@ -1,10 +1,10 @@
-#include "core/tensor.h"
+#include "tcn/core/tensor.h"
 
 #include <cstring>
 
-#include "autograd/tape.h"
-#include "cuda/runtime.h"
-#include "ops/ops.h"
+#include "tcn/autograd/tape.h"
+#include "tcn/cuda/runtime.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

@@ -1,9 +1,9 @@
-#include "core/threads.h"
+#include "tcn/core/threads.h"
 
 #include <cblas.h>
 #include <omp.h>
 
-#include "core/error.h"
+#include "tcn/core/error.h"
 
 namespace tcn {
 

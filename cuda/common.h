@@ -8,7 +8,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/error.h"
+#include "tcn/core/error.h"
 
 #define CUDA_CHECK(call)                                                                   \
   do {                                                                                     \

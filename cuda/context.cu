@@ -2,10 +2,10 @@
 #include <mutex>
 #include <vector>
 
-#include "core/autocast.h"
-#include "cuda/context.cuh"
-#include "cuda/kernels.h"
-#include "cuda/runtime.h"
+#include "tcn/core/autocast.h"
+#include "tcn/cuda/context.cuh"
+#include "tcn/cuda/kernels.h"
+#include "tcn/cuda/runtime.h"
 
 namespace tcn::cuda {
 

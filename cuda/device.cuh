@@ -2,7 +2,7 @@
 // and on the emulated device.
 #pragma once
 
-#include "cuda/common.h"
+#include "tcn/cuda/common.h"
 
 namespace tcn::cuda {
 

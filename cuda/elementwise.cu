@@ -4,10 +4,10 @@
 #include <array>
 #include <type_traits>
 
-#include "cuda/context.cuh"
-#include "cuda/kernels.h"
-#include "ops/cpu_loops.h"
-#include "ops/functors.h"
+#include "tcn/cuda/context.cuh"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/cpu_loops.h"
+#include "tcn/ops/functors.h"
 
 namespace tcn::cuda {
 

@@ -1,7 +1,7 @@
 // cuda::Graph (cuda/runtime.h): stream capture of one device's stream into a
 // CUDA graph, and its launch.
-#include "cuda/context.cuh"
-#include "cuda/runtime.h"
+#include "tcn/cuda/context.cuh"
+#include "tcn/cuda/runtime.h"
 
 namespace tcn::cuda {
 

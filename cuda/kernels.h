@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tcn/core/tensor.h"
 
 namespace tcn::cuda {
 
@@ -121,6 +121,13 @@ struct AdamParam {
 };
 void adam_update_many(const std::vector<AdamParam>& params, const Tensor& lr, double beta1, double beta2, double eps,
                       double weight_decay, const Tensor& gate);
+// RMSprop likewise (torch.optim.RMSprop without momentum, not centered), one
+// launch per 32 parameters; v: the running average of squared gradients.
+struct RmspropParam {
+  Tensor p, g, v;
+};
+void rmsprop_update_many(const std::vector<RmspropParam>& params, const Tensor& lr, double alpha, double eps,
+                         double weight_decay, const Tensor& gate);
 // Global-norm clipping of many gradients in a few launches (one sum-of-squares
 // pass per 32 tensors, one reduction, one scaling pass per 32): the squares
 // summed in float64 in a fixed order (deterministic), norm (a scalar of the

@@ -3,12 +3,12 @@
 // the CPU is its oracle (tests/test_cuda_ops.cpp).
 #include <thrust/sequence.h>
 
-#include "core/philox.h"
-#include "cuda/context.cuh"
-#include "cuda/device.cuh"
-#include "cuda/thrust.cuh"
-#include "cuda/kernels.h"
-#include "ops/ops.h"
+#include "tcn/core/philox.h"
+#include "tcn/cuda/context.cuh"
+#include "tcn/cuda/device.cuh"
+#include "tcn/cuda/thrust.cuh"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn::cuda {
 

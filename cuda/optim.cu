@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
-#include "cuda/context.cuh"
-#include "cuda/device.cuh"
-#include "cuda/kernels.h"
-#include "ops/ops.h"
+#include "tcn/cuda/context.cuh"
+#include "tcn/cuda/device.cuh"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn::cuda {
 
@@ -169,6 +169,32 @@ __global__ void adam_many_kernel(AdamMany<T> a, const double* lr_ptr, double bet
   }
 }
 
+// RMSprop over many parameters: v = alpha * v + (1 - alpha) * d^2,
+// p -= lr * d / (sqrt(v) + eps), d = g + wd * p.
+template <class T>
+struct RmspropMany {
+  T* p[kMany];
+  const T* g[kMany];
+  T* v[kMany];
+  int64_t end[kMany];
+  int n;
+};
+template <class T>
+__global__ void rmsprop_many_kernel(RmspropMany<T> r, const double* lr_ptr, double alpha, T eps, T wd,
+                                    const double* gate) {
+  if (gate_closed(gate)) return;
+  const T lr = T(*lr_ptr), a = T(alpha), c = T(1 - alpha);
+  const int64_t total = r.end[r.n - 1];
+  int i = 0;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = locate(r, e, i);
+    T *p = r.p[i], *v = r.v[i];
+    const T d = r.g[i][k] + wd * p[k];
+    v[k] = a * v[k] + c * (d * d);
+    p[k] -= lr * d / (::sqrt(v[k]) + eps);
+  }
+}
+
 template <class T>
 __global__ void count_steps_kernel(AdamMany<T> a, const double* gate) {
   if (!gate_closed(gate) && static_cast<int>(threadIdx.x) < a.n) *a.steps[threadIdx.x] += 1;
@@ -241,6 +267,27 @@ void adam_update_many(const std::vector<AdamParam>& params, const Tensor& lr, do
         TCN_LAUNCH(grid_for(total, 256), 256, 0, s, adam_many_kernel<T>)(a, scalar_ptr(lr), beta1, beta2, T(eps), T(weight_decay),
                                                                          scalar_ptr(gate));
       TCN_LAUNCH(1, kMany, 0, s, count_steps_kernel<T>)(a, scalar_ptr(gate));
+    });
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsprop_update_many(const std::vector<RmspropParam>& params, const Tensor& lr, double alpha, double eps,
+                         double weight_decay, const Tensor& gate) {
+  if (params.empty()) return;
+  const Tensor& p0 = params.front().p;
+  cudaStream_t s = stream(p0.device().index);
+  dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
+    auto set = [](RmspropMany<T>& r, const RmspropParam& q) {
+      r.p[r.n] = static_cast<T*>(q.p.raw_data());
+      r.g[r.n] = static_cast<const T*>(q.g.raw_data());
+      r.v[r.n] = static_cast<T*>(q.v.raw_data());
+      return q.p.numel();
+    };
+    for_groups<RmspropMany<T>>(params, set, [&](const RmspropMany<T>& r, int64_t total) {
+      if (total > 0)
+        TCN_LAUNCH(grid_for(total, 256), 256, 0, s, rmsprop_many_kernel<T>)(r, scalar_ptr(lr), alpha, T(eps),
+                                                                             T(weight_decay), scalar_ptr(gate));
     });
   });
   CUDA_CHECK(cudaGetLastError());

@@ -3,9 +3,9 @@
 // thread per output. Long ones (a full sum, a bias gradient over B*T rows): one
 // block per output, its threads striding over the reduced elements, then a
 // shared-memory tree.
-#include "cuda/context.cuh"
-#include "cuda/device.cuh"
-#include "cuda/kernels.h"
+#include "tcn/cuda/context.cuh"
+#include "tcn/cuda/device.cuh"
+#include "tcn/cuda/kernels.h"
 
 namespace tcn::cuda {
 

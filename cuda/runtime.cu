@@ -1,14 +1,14 @@
 // CUDA device runtime: device discovery, the caching allocator over cudaMalloc
 // (core/caching_allocator.h), and host/device copies.
-#include "cuda/runtime.h"
+#include "tcn/cuda/runtime.h"
 
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "cuda/common.h"
+#include "tcn/cuda/common.h"
 #ifdef TCN_CUDA_EMU
-#include "cuda/emu/emu.h"
+#include "tcn/cuda/emu/emu.h"
 #endif
 
 namespace tcn::cuda {

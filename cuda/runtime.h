@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/caching_allocator.h"
+#include "tcn/core/allocator.h"
+#include "tcn/core/caching_allocator.h"
 
 namespace tcn::cuda {
 

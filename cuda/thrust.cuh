@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/common.h"
+#include "tcn/cuda/common.h"
 
 namespace tcn::cuda {
 

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <string>
 
-#include "nn/models.h"
+#include "tcn/nn/models.h"
 
 using namespace tcn;
 

@@ -1,4 +1,4 @@
-#include "nn/checkpoint.h"
+#include "tcn/nn/checkpoint.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-#include "nn/layers.h"
+#include "tcn/nn/layers.h"
 
 #include <cmath>
 

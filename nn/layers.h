@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "nn/module.h"
+#include "tcn/nn/module.h"
 
 namespace tcn::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/models.h"
+#include "tcn/nn/models.h"
 
 #include <algorithm>
 #include <type_traits>

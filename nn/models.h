@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/checkpoint.h"
-#include "nn/layers.h"
+#include "tcn/nn/checkpoint.h"
+#include "tcn/nn/layers.h"
 
 namespace tcn::nn {
 

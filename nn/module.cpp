@@ -1,4 +1,4 @@
-#include "nn/module.h"
+#include "tcn/nn/module.h"
 
 #include <algorithm>
 

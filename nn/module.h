@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/profile.h"
-#include "ops/ops.h"
+#include "tcn/core/profile.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn::nn {
 

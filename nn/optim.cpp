@@ -1,11 +1,11 @@
-#include "nn/optim.h"
+#include "tcn/nn/optim.h"
 
 #include <cmath>
 #include <utility>
 
-#include "core/step_graph.h"
-#include "cuda/kernels.h"
-#include "ops/dispatch.h"
+#include "tcn/core/step_graph.h"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/dispatch.h"
 
 namespace tcn::nn {
 
@@ -221,6 +221,55 @@ NamedTensors Adam::state() const {
     s.emplace_back("exp_avg_sq." + std::to_string(i), v_[i]);
   }
   s.emplace_back("step", steps_);
+  return s;
+}
+
+// ---- RMSprop ----------------------------------------------------------------------------
+RMSprop::RMSprop(std::vector<Tensor> params, double lr, double alpha, double eps, double weight_decay)
+    : Optimizer(std::move(params), lr), alpha(alpha), eps(eps), weight_decay(weight_decay) {
+  TCN_CHECK(alpha >= 0 && alpha < 1, "RMSprop: alpha must be in [0, 1), got ", alpha);
+  TCN_CHECK(eps >= 0 && weight_decay >= 0, "RMSprop: eps and weight decay must be >= 0");
+  for (const Tensor& p : params_) v_.push_back(zeros(p.shape(), p.options()));
+}
+
+void RMSprop::step(const Tensor& gate) {
+  autograd::NoGrad ng;
+  const profile::PhaseScope phase(profile::Phase::Optimizer);
+  const profile::Op range("rmsprop_step");
+  if (gate_closed_on_host(gate, params_)) return;
+  std::vector<cuda::RmspropParam> on_gpu;  // updated together, one launch per 32
+  auto flush = [&](const std::vector<cuda::RmspropParam>& batch) {
+    TCN_CUDA_OP("RMSprop",
+                cuda::rmsprop_update_many(batch, device_lr(batch.front().p.device()), alpha, eps, weight_decay, gate));
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    profile::add_bytes(nbytes(p) * 5);  // w, v read and written, g read
+    if (p.device().is_cuda()) {
+      add_to_batch(on_gpu, cuda::RmspropParam{p, g.contiguous(), v_[i]}, flush);
+      continue;
+    }
+    for_each_element(p, [&]<class T>(int64_t n) {
+      T* w = p.data<T>();
+      const T* gr = g.data<T>();
+      T* v = v_[i].data<T>();
+      // 1 - alpha in double, then rounded, as PyTorch (and Adam above).
+      const T a = T(alpha), c = T(1 - alpha), wd = T(weight_decay), lr_t = T(lr), e = T(eps);
+      for (int64_t k = 0; k < n; ++k) {
+        T d = gr[k] + wd * w[k];
+        v[k] = a * v[k] + c * (d * d);
+        w[k] -= lr_t * d / (std::sqrt(v[k]) + e);
+      }
+    });
+  }
+  if (!on_gpu.empty()) flush(on_gpu);
+}
+
+NamedTensors RMSprop::state() const {
+  NamedTensors s;
+  for (size_t i = 0; i < v_.size(); ++i) s.emplace_back("square_avg." + std::to_string(i), v_[i]);
   return s;
 }
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "nn/module.h"
+#include "tcn/nn/module.h"
 
 namespace tcn::nn {
 
@@ -72,6 +72,21 @@ class Adam : public Optimizer {
   // float64 [params], on the parameters' device: steps taken per parameter
   // (they skip steps without a gradient, and gated-off steps).
   Tensor steps_;
+};
+
+// RMSprop (Hinton's lecture 6e), as torch.optim.RMSprop with its defaults
+// (no momentum, not centered): v = alpha * v + (1 - alpha) * d^2,
+// p -= lr * d / (sqrt(v) + eps), with d = g + wd * p. The copy-memory task's optimizer.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8,
+          double weight_decay = 0.0);
+  void step(const Tensor& gate = Tensor()) override;
+  NamedTensors state() const override;
+  double alpha, eps, weight_decay;
+
+ private:
+  std::vector<Tensor> v_;  // the running average of squared gradients, per parameter
 };
 
 // Watches the training loss on its device without reading it back every step

@@ -1,4 +1,4 @@
-#include "nn/profiler.h"
+#include "tcn/nn/profiler.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "core/files.h"
-#include "cuda/runtime.h"
+#include "tcn/core/files.h"
+#include "tcn/cuda/runtime.h"
 
 namespace tcn::nn {
 

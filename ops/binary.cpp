@@ -1,10 +1,10 @@
 // add, sub, mul, div with NumPy broadcasting. Backward sums each gradient back
 // to its input's shape (sum_to), the inverse of broadcasting.
-#include "cuda/kernels.h"
-#include "ops/cpu_map.h"
-#include "ops/dispatch.h"
-#include "ops/functors.h"
-#include "ops/ops.h"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/cpu_map.h"
+#include "tcn/ops/dispatch.h"
+#include "tcn/ops/functors.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

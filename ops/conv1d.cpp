@@ -19,11 +19,11 @@
 // thrown away (2% extra work at the reference sizes, instead of B times more
 // GEMM calls). The result is a strided view of yp: no copy. Backward is the
 // same walk: dxp[j*d : j*d + M] += dyp[0:M] @ w_j, dw_j = xp[j*d : j*d + M]^T @ dyp[0:M].
-#include "core/autocast.h"
-#include "cuda/kernels.h"
-#include "ops/cpu_blas.h"
-#include "ops/dispatch.h"
-#include "ops/ops.h"
+#include "tcn/core/autocast.h"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/cpu_blas.h"
+#include "tcn/ops/dispatch.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

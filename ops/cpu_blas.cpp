@@ -1,4 +1,4 @@
-#include "ops/cpu_blas.h"
+#include "tcn/ops/cpu_blas.h"
 
 #include <cblas.h>
 
@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "core/error.h"
-#include "core/profile.h"
+#include "tcn/core/error.h"
+#include "tcn/core/profile.h"
 
 #if TCN_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/bfloat16.h"
+#include "tcn/core/bfloat16.h"
 
 namespace tcn::cpu {
 

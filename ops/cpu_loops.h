@@ -16,7 +16,7 @@
 #include <array>
 #include <cstdint>
 
-#include "core/shape.h"
+#include "tcn/core/shape.h"
 
 namespace tcn::cpu {
 

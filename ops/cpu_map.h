@@ -6,8 +6,8 @@
 #include <array>
 #include <utility>
 
-#include "core/tensor.h"
-#include "ops/cpu_loops.h"
+#include "tcn/core/tensor.h"
+#include "tcn/ops/cpu_loops.h"
 
 namespace tcn::cpu {
 

@@ -2,9 +2,9 @@
 // the CUDA branch of ops whose CUDA kernel has not been written yet.
 #pragma once
 
-#include "core/profile.h"
-#include "core/tensor.h"
-#include "cuda/runtime.h"
+#include "tcn/core/profile.h"
+#include "tcn/core/tensor.h"
+#include "tcn/cuda/runtime.h"
 
 namespace tcn {
 

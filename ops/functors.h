@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "core/philox.h"
+#include "tcn/core/philox.h"
 
 namespace tcn::fn {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "ops/ops.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

@@ -5,9 +5,9 @@
 // depend on the number of threads.
 #include <algorithm>
 
-#include "cuda/kernels.h"
-#include "ops/dispatch.h"
-#include "ops/ops.h"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/dispatch.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

@@ -1,10 +1,10 @@
 // Elementwise ops of one tensor (and a scalar). The math of each lives in
 // ops/functors.h; this file is the one generic forward + backward around it.
-#include "cuda/kernels.h"
-#include "ops/cpu_map.h"
-#include "ops/dispatch.h"
-#include "ops/functors.h"
-#include "ops/ops.h"
+#include "tcn/cuda/kernels.h"
+#include "tcn/ops/cpu_map.h"
+#include "tcn/ops/dispatch.h"
+#include "tcn/ops/functors.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

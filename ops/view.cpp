@@ -4,8 +4,8 @@
 #include <numeric>
 #include <optional>
 
-#include "ops/dispatch.h"
-#include "ops/ops.h"
+#include "tcn/ops/dispatch.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn {
 

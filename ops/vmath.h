@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/simd.h"
+#include "tcn/ops/simd.h"
 
 namespace tcn::vmath {
 

@@ -13,6 +13,13 @@ fi
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BUILD_DIR/tests/tcn_tests" "$@"
 if [ $# -eq 0 ]; then
-  echo "== command-line checks (ctest -R cli_)"
-  ctest --test-dir "$BUILD_DIR" -R '^cli_' --output-on-failure | tail -n 3
+  # Everything else ctest knows: the command-line checks (cli_*), the
+  # tutorial's programs (tutorial_*) and the task trainers (task_*).
+  echo "== command-line checks, tutorial and task programs (ctest -E tcn_tests)"
+  log="$BUILD_DIR/ctest.log"
+  if ! ctest --test-dir "$BUILD_DIR" -E '^tcn_tests$' --output-on-failure >"$log" 2>&1; then
+    cat "$log"
+    exit 1
+  fi
+  grep -E "tests passed|Skipped|Not Run|\*\*\*Skipped" "$log" || tail -n 3 "$log"
 fi

@@ -13,9 +13,9 @@
 #include <numeric>
 #include <string>
 
-#include "cuda/runtime.h"
+#include "tcn/cuda/runtime.h"
 
-#include "ops/ops.h"
+#include "tcn/ops/ops.h"
 
 namespace tcn::test {
 

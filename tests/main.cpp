@@ -6,9 +6,9 @@
 
 #include <cstdio>
 
-#include "cuda/runtime.h"
+#include "tcn/cuda/runtime.h"
 #ifdef TCN_CUDA_EMU
-#include "cuda/emu/emu.h"
+#include "tcn/cuda/emu/emu.h"
 #endif
 
 int main(int argc, char** argv) {

@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-#include "core/caching_allocator.h"
+#include "tcn/core/caching_allocator.h"
 #include "helpers.h"
 
 using namespace tcn;

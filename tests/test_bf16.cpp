@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "helpers.h"
-#include "nn/safetensors.h"
+#include "tcn/nn/safetensors.h"
 
 using namespace tcn;
 

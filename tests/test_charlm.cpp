@@ -128,8 +128,64 @@ TEST_CASE("windows, batches and vocabulary follow the reference") {
   write(d.file("ptb.valid.txt"), "b a");
   write(d.file("ptb.test.txt"), "abc\n");
   Corpus c = load_corpus(d.str());
-  CHECK(c.vocab.chars == std::vector<std::string>{"\n", " ", "a", "b", "c"});  // sorted
+  CHECK(c.vocab.tokens == std::vector<std::string>{"\n", " ", "a", "b", "c"});  // sorted
   CHECK(c.vocab.encode("cab", "t") == std::vector<int64_t>{4, 2, 3});
+}
+
+TEST_CASE("words: <eos> after every line, vocabulary in order of first appearance, unknown words named") {
+  CHECK(split_words("a  b\n\nc\td") == std::vector<std::string>{"a", "b", kEos, kEos, "c", "d", kEos});
+  CHECK(split_words("x") == std::vector<std::string>{"x", kEos});  // a last line without its newline
+  TempDir d;
+  write(d.file("ptb.train.txt"), " the cat\n sat\n");
+  write(d.file("ptb.valid.txt"), " a cat\n");
+  write(d.file("ptb.test.txt"), " the mat\n");
+  Corpus c = load_corpus(d.str(), Tokens::Words);
+  CHECK(c.vocab.tokens == std::vector<std::string>{"the", "cat", kEos, "sat", "a", "mat"});
+  CHECK(c.vocab.encode(c.test, "t") == std::vector<int64_t>{0, 5, 2});
+  CHECK(c.vocab.decode(3) == "sat");
+  CHECK_ERROR(c.vocab.encode("the dog sat", "ptb.test.txt"),
+              "ptb.test.txt: word 'dog' (word 1) is not in the model's vocabulary of 6 words");
+  CHECK(score(Tokens::Words, std::log(88.68)) == doctest::Approx(88.68));
+  CHECK(score(Tokens::Chars, std::log(2.0)) == doctest::Approx(1.0));
+  CHECK(parse_tokens("word") == Tokens::Words);
+  CHECK_ERROR(parse_tokens("bytes"), "bytes");
+}
+
+TEST_CASE("a word-level model trains, checkpoints its tokens, evaluates and resumes") {
+  TempDir d;
+  write_corpus(d, 20000, 4000);
+  TrainOptions o = small_options(d);
+  o.tokens = "word";
+  o.seq_len = 12;
+  o.validseqlen = 6;
+  o.max_steps = 8;
+  o.lr = 1.0;
+  o.save = d.file("w.safetensors");
+  o.metrics = d.file("w.csv");
+  REQUIRE(run_train(o) == 0);
+  auto loaded = nn::load_char_lm(d.file("w.last.safetensors"), "optim.");
+  CHECK(checkpoint_tokens(loaded.file.metadata) == "word");
+  // The 9 synthetic words and <eos> (and a word cut short at the end of a file).
+  CHECK(loaded.vocab.size() >= 10);
+  CHECK(std::find(loaded.vocab.begin(), loaded.vocab.end(), kEos) != loaded.vocab.end());
+  auto rows = loss_rows(o.metrics);
+  REQUIRE(rows.size() == 8);
+  auto loss_of = [](const std::string& row) { return std::stod(row.substr(row.rfind(',', row.size() - 2) + 1)); };
+  CHECK(loss_of(rows.back()) < loss_of(rows.front()));
+  EvalOptions e;
+  e.checkpoint = d.file("w.safetensors");
+  e.data = d.str();
+  e.seq_len = 12;
+  e.validseqlen = 6;
+  e.device = "cpu";
+  CHECK(run_eval(e) == 0);
+  // A character run cannot resume a word checkpoint.
+  TrainOptions chars = small_options(d);
+  chars.max_steps = 9;
+  chars.resume = d.file("w.last.safetensors");
+  chars.seq_len = 12;
+  chars.validseqlen = 6;
+  CHECK_THROWS(run_train(chars));
 }
 
 TEST_CASE("bad data: missing, empty, too short, unknown character") {
@@ -139,7 +195,7 @@ TEST_CASE("bad data: missing, empty, too short, unknown character") {
   write(d.file("ptb.valid.txt"), "");
   CHECK_ERROR(load_corpus(d.str()), "ptb.valid.txt is empty");
   CHECK_ERROR(batchify(std::vector<int64_t>(100, 0), 32, 400, "ptb.train.txt"),
-              "ptb.train.txt has 100 characters: too short for 32 streams of at least 401 characters");
+              "ptb.train.txt has 100 tokens: too short for 32 streams of at least 401 tokens");
   Vocab v = Vocab::from_chars({"a", "b"});
   CHECK_ERROR(v.encode("abz", "ptb.test.txt"), "ptb.test.txt: character 'z' at offset 2 is not in the model's vocabulary of 2 characters");
 }

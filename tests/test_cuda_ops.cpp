@@ -4,8 +4,8 @@
 // and products, whose order differs), float32 relative 1e-5 (1e-4 for GEMM).
 #include <limits>
 
-#include "core/autocast.h"
-#include "cuda/kernels.h"
+#include "tcn/core/autocast.h"
+#include "tcn/cuda/kernels.h"
 #include "cuda_compare.h"
 #include "helpers.h"
 

@@ -13,7 +13,7 @@
 
 #include "cuda_compare.h"
 #include "helpers.h"
-#include "nn/optim.h"
+#include "tcn/nn/optim.h"
 #include "train.h"
 
 using namespace tcn;

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/common.h"
-#include "cuda/device.cuh"
-#include "cuda/runtime.h"
+#include "tcn/cuda/common.h"
+#include "tcn/cuda/device.cuh"
+#include "tcn/cuda/runtime.h"
 #ifdef TCN_CUDA_EMU
-#include "cuda/emu/emu.h"
+#include "tcn/cuda/emu/emu.h"
 #endif
 
 namespace {

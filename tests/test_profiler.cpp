@@ -8,12 +8,12 @@
 #include <set>
 #include <thread>
 
-#include "cuda/runtime.h"
+#include "tcn/cuda/runtime.h"
 #include "helpers.h"
 #include "nlohmann/json.hpp"
-#include "nn/models.h"
-#include "nn/optim.h"
-#include "nn/profiler.h"
+#include "tcn/nn/models.h"
+#include "tcn/nn/optim.h"
+#include "tcn/nn/profiler.h"
 
 using namespace tcn;
 

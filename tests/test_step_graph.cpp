@@ -7,12 +7,12 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "core/step_graph.h"
-#include "cuda/runtime.h"
+#include "tcn/core/step_graph.h"
+#include "tcn/cuda/runtime.h"
 #include "helpers.h"
 #include "nlohmann/json.hpp"
-#include "nn/models.h"
-#include "nn/optim.h"
+#include "tcn/nn/models.h"
+#include "tcn/nn/optim.h"
 
 using namespace tcn;
 

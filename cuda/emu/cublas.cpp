@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/bfloat16.h"
-#include "cuda/emu/cublas_api.h"
-#include "cuda/emu/internal.h"
+#include "tcn/core/bfloat16.h"
+#include "tcn/cuda/emu/cublas_api.h"
+#include "tcn/cuda/emu/internal.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

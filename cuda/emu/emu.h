@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/emu/device.h"
-#include "cuda/emu/runtime_api.h"
+#include "tcn/cuda/emu/device.h"
+#include "tcn/cuda/emu/runtime_api.h"
 
 namespace tcn::emu {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "cuda/emu/emu.h"
+#include "tcn/cuda/emu/emu.h"
 
 namespace tcn::emu {
 

@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/emu/internal.h"
+#include "tcn/cuda/emu/internal.h"
 
 struct CUgraph_st;
 

@@ -25,7 +25,7 @@
 
 #include <boost/context/fiber.hpp>
 
-#include "cuda/emu/internal.h"
+#include "tcn/cuda/emu/internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>

@@ -1,8 +1,8 @@
 // The CUDA runtime of a build without CUDA (TCN_CUDA=OFF, or no nvcc found):
 // no devices, and every device call says why.
-#include "cuda/runtime.h"
+#include "tcn/cuda/runtime.h"
 
-#include "core/error.h"
+#include "tcn/core/error.h"
 
 namespace tcn::cuda {
 

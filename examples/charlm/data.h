@@ -1,28 +1,54 @@
-// Penn Treebank characters, prepared as the locuslab char_cnn reference does:
-// one vocabulary over train + valid + test (sorted, so it is deterministic),
-// each split cut into batch_size contiguous streams, read in windows of seq_len
-// that advance by validseqlen; only the last validseqlen positions of a window
-// are scored, the first seq_len - validseqlen are history.
+// Penn Treebank as characters or as words, prepared as the locuslab reference
+// trainers do: one vocabulary over train + valid + test, each split cut into
+// batch_size contiguous streams, read in windows of seq_len that advance by
+// validseqlen; only the last validseqlen positions of a window are scored, the
+// first seq_len - validseqlen are history.
+//   characters (char_cnn): every byte is a token; the vocabulary sorted.
+//   words (word_cnn): whitespace-separated words, "<eos>" after every line;
+//   the vocabulary in order of first appearance (train, valid, test), as the
+//   reference's Dictionary, so token ids agree with it.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tcn/core/tensor.h"
 
 namespace charlm {
 
+enum class Tokens { Chars, Words };
+// "char" / "word" (the checkpoint metadata's and --tokens' spelling) and back.
+const char* tokens_name(Tokens t);
+Tokens parse_tokens(const std::string& name);
+
+// How a loss (mean nats per token) is reported: bits per character ("bpc"),
+// or perplexity ("ppl") for words, as the reference trainers print them.
+const char* score_name(Tokens t);
+double score(Tokens t, double loss);
+// "chars" / "words": the unit of a throughput figure.
+const char* rate_unit(Tokens t);
+
+// The token that ends every line of a word-level corpus.
+inline const std::string kEos = "<eos>";
+
 struct Vocab {
-  std::vector<std::string> chars;  // index -> character (one byte each for PTB)
-  std::map<unsigned char, int64_t> index;
-  static Vocab from_chars(const std::vector<std::string>& chars);
-  int64_t size() const { return static_cast<int64_t>(chars.size()); }
-  // Text -> indices; a character outside the vocabulary is an error naming it,
-  // its position and `what` (e.g. the file).
+  Tokens kind = Tokens::Chars;
+  std::vector<std::string> tokens;  // index -> token (one byte each for characters)
+  std::map<std::string, int64_t> index;
+  static Vocab from_tokens(const std::vector<std::string>& tokens, Tokens kind);
+  static Vocab from_chars(const std::vector<std::string>& chars) { return from_tokens(chars, Tokens::Chars); }
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  const char* unit() const { return kind == Tokens::Chars ? "characters" : "words"; }
+  // Text -> indices (words: every line's words, then <eos>); a token outside
+  // the vocabulary is an error naming it, its position and `what` (e.g. the file).
   std::vector<int64_t> encode(const std::string& text, const std::string& what) const;
-  std::string decode(int64_t i) const { return chars.at(static_cast<size_t>(i)); }
+  std::string decode(int64_t i) const { return tokens.at(static_cast<size_t>(i)); }
 };
+
+// A word-level text as the reference tokenises it: each line's
+// whitespace-separated words followed by <eos>.
+std::vector<std::string> split_words(const std::string& text);
 
 struct Corpus {
   Vocab vocab;
@@ -38,9 +64,9 @@ std::string read_data_file(const std::string& path);
 // a regular file (e.g. before a checkpoint is opened); a missing path passes.
 void check_regular_input(const std::string& path, const std::string& what);
 
-// Reads DIR/ptb.{train,valid,test}.txt. Missing or empty files are errors that
-// say which file and how to get the data.
-Corpus load_corpus(const std::string& dir);
+// Reads DIR/ptb.{train,valid,test}.txt and builds the vocabulary of `kind`.
+// Missing or empty files are errors that say which file and how to get the data.
+Corpus load_corpus(const std::string& dir, Tokens kind = Tokens::Chars);
 
 // [batch, len] int64: the text cut into `batch` contiguous streams (the tail
 // that does not fill a row is dropped). Throws when a stream would be too short

@@ -5,10 +5,11 @@
 #include <cstdio>
 #include <deque>
 
-#include "core/philox.h"
-#include "core/threads.h"
+#include "tcn/core/philox.h"
+#include "tcn/core/threads.h"
 #include "data.h"
 #include "flags.h"
+#include "train.h"
 
 namespace charlm {
 
@@ -163,8 +164,11 @@ int run_generate(const GenerateOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   check_regular_input(o.checkpoint, "--checkpoint");
   nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
-  Vocab vocab = Vocab::from_chars(m.vocab);
+  Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
+  const bool words = vocab.kind == Tokens::Words;
   std::vector<int64_t> prompt = vocab.encode(o.prompt, "--prompt");
+  if (words) prompt.pop_back();  // the prompt continues: no <eos> after it
+  TCN_CHECK(!prompt.empty(), "--prompt must hold at least one word");
   auto stepper = o.full_recompute ? make_full_stepper(*m.model) : make_incremental_stepper(*m.model);
 
   auto t0 = std::chrono::steady_clock::now();
@@ -182,13 +186,20 @@ int run_generate(const GenerateOptions& o) {
     size_t pick = 0;
     for (double acc = p[0]; acc < u && pick + 1 < p.size(); acc += p[++pick]) {
     }
-    out += vocab.decode(static_cast<int64_t>(pick));
+    if (words) {
+      // Words as text: a space between words, a line break for <eos>.
+      const std::string w = vocab.decode(static_cast<int64_t>(pick));
+      out += w == kEos ? "\n" : (out.empty() || out.back() == '\n' ? w : " " + w);
+    } else {
+      out += vocab.decode(static_cast<int64_t>(pick));
+    }
     logits = stepper->step(static_cast<int64_t>(pick));
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s\n", out.c_str());
-  std::fprintf(stderr, "generated %lld characters in %.2f s (%.0f chars/s, %s)\n", static_cast<long long>(o.n), secs,
-               static_cast<double>(o.n + static_cast<int64_t>(prompt.size())) / secs,
+  std::fprintf(stderr, "generated %lld %s in %.2f s (%.0f %s/s, %s)\n", static_cast<long long>(o.n),
+               vocab.unit(), secs,
+               static_cast<double>(o.n + static_cast<int64_t>(prompt.size())) / secs, rate_unit(vocab.kind),
                o.full_recompute ? "full recompute" : "incremental");
   return 0;
 }

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/models.h"
+#include "tcn/nn/models.h"
 
 namespace charlm {
 

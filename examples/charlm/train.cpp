@@ -14,22 +14,30 @@
 #include <functional>
 #include <limits>
 
-#include "core/autocast.h"
-#include "core/step_graph.h"
-#include "core/files.h"
-#include "core/threads.h"
-#include "cuda/runtime.h"
+#include "tcn/core/autocast.h"
+#include "tcn/core/step_graph.h"
+#include "tcn/core/files.h"
+#include "tcn/core/threads.h"
+#include "tcn/cuda/runtime.h"
 #include "data.h"
 #include "flags.h"
-#include "nn/optim.h"
-#include "nn/profiler.h"
-#include "ops/cpu_blas.h"
+#include "tcn/nn/optim.h"
+#include "tcn/nn/profiler.h"
+#include "tcn/ops/cpu_blas.h"
 
 namespace charlm {
 
 using namespace tcn;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+std::string checkpoint_tokens(const nn::Metadata& meta) {
+  auto it = meta.find("tokens");
+  if (it == meta.end()) return "char";
+  TCN_CHECK(it->second == "char" || it->second == "word", "the checkpoint's tokens '", it->second,
+            "' are neither char nor word");
+  return it->second;
+}
 
 Device resolve_device(const std::string& name) {
   if (name == "auto") {
@@ -66,13 +74,11 @@ double evaluate(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_
     total += l * static_cast<double>(scored * inp.size(0));
     count += scored * inp.size(0);
   }
-  TCN_CHECK(count > 0, "evaluate: no window to score (source of ", source.size(1), " characters per stream)");
+  TCN_CHECK(count > 0, "evaluate: no window to score (source of ", source.size(1), " tokens per stream)");
   return total / static_cast<double>(count);
 }
 
 namespace {
-
-constexpr double kLn2 = 0.6931471805599453;
 
 json model_config(const TrainOptions& o, int64_t vocab) {
   if (o.model == "tcn")
@@ -100,7 +106,7 @@ struct TrainState {
 
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append) : path_(path) {
+  MetricsLog(const std::string& path, bool append, Tokens kind) : path_(path), kind_(kind) {
     if (path.empty()) return;
     auto parent = std::filesystem::path(path).parent_path();
     std::error_code ec;
@@ -109,7 +115,8 @@ class MetricsLog {
     bool fresh = !append || !std::filesystem::exists(path);
     f_.open(path, fresh ? std::ios::trunc : std::ios::app);
     TCN_CHECK(f_.good(), "--metrics ", path, ": cannot open for writing (", std::strerror(errno), ")");
-    if (fresh) f_ << "event,epoch,step,lr,loss,bpc,ms_per_batch,chars_per_sec,elapsed_s\n";
+    if (fresh)
+      f_ << "event,epoch,step,lr,loss," << score_name(kind) << ",ms_per_batch," << rate_unit(kind) << "_per_sec,elapsed_s\n";
     flush();
   }
   void row(const char* event, int64_t epoch, int64_t step, double lr, double loss, double ms, double cps,
@@ -117,7 +124,7 @@ class MetricsLog {
     if (!f_.is_open()) return;
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.6g,%.6f,%.6f,%.2f,%.1f,%.1f\n", event, static_cast<long long>(epoch),
-                  static_cast<long long>(step), lr, loss, loss / kLn2, ms, cps, elapsed);
+                  static_cast<long long>(step), lr, loss, score(kind_, loss), ms, cps, elapsed);
     f_ << buf;
     flush();
   }
@@ -135,6 +142,7 @@ class MetricsLog {
     TCN_CHECK(f_.good(), "--metrics ", path_, ": write failed (", errno ? std::strerror(errno) : "I/O error", ")");
   }
   std::string path_;
+  Tokens kind_;
   std::ofstream f_;
 };
 
@@ -152,10 +160,11 @@ void save_checkpoint(const std::string& path, const nn::CharLM& model, const Voc
   nn::Metadata meta{{"train_state", st.to_json(g).dump()},
                     {"train_options", json{{"optim", o.optim}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
                                            {"validseqlen", o.validseqlen}, {"clip", o.clip}, {"seed", o.seed}}
-                                          .dump()}};
+                                          .dump()},
+                    {"tokens", tokens_name(vocab.kind)}};
   nn::NamedTensors extra;
   for (auto& [name, t] : opt.state()) extra.emplace_back("optim." + name, t);
-  nn::save_char_lm(path, model, vocab.chars, meta, extra);
+  nn::save_char_lm(path, model, vocab.tokens, meta, extra);
 }
 
 bool stderr_is_tty() { return ::isatty(2) == 1; }
@@ -367,6 +376,7 @@ int run_train(TrainOptions o) {
   };
   if (o.nhid == -1) o.nhid = o.model == "lstm" ? 700 : 450;
   TCN_CHECK(o.model == "tcn" || o.model == "lstm", "--model ", o.model, ": expected tcn or lstm");
+  TCN_CHECK(o.tokens == "char" || o.tokens == "word", "--tokens ", o.tokens, ": expected char or word");
   validate(o);
   TCN_CHECK(o.resume.empty() || o.init.empty(), "--resume and --init exclude each other");
   if (!o.resume.empty()) check_regular_input(o.resume, "--resume");
@@ -388,11 +398,12 @@ int run_train(TrainOptions o) {
       for (const std::string& stale : nn::remove_stale_temp_files(p)) say("removed stale temp file %s\n", stale.c_str());
     }
   }
-  if (o.metrics.empty()) o.metrics = "runs/" + o.model + ".csv";
+  if (o.metrics.empty()) o.metrics = "runs/" + std::string(o.tokens == "word" ? "word_" : "") + o.model + ".csv";
   check_output_path("--metrics", o.metrics);
   if (!o.trace.empty()) check_output_path("--trace", o.trace);
 
-  Corpus corpus = load_corpus(o.data);
+  const Tokens kind = parse_tokens(o.tokens);
+  Corpus corpus = load_corpus(o.data, kind);
   Tensor train = batchify(corpus.vocab.encode(corpus.train, o.data + "/ptb.train.txt"), o.batch_size, o.seq_len,
                           "ptb.train.txt");
   Tensor valid = batchify(corpus.vocab.encode(corpus.valid, o.data + "/ptb.valid.txt"), o.eval_batch_size,
@@ -411,9 +422,11 @@ int run_train(TrainOptions o) {
     model = std::move(resumed.model);
     TCN_CHECK(model->kind() == o.model, "--resume ", o.resume, ": checkpoint holds a ", model->kind(),
               " model but --model is ", o.model);
-    TCN_CHECK(resumed.vocab == corpus.vocab.chars, "--resume ", o.resume,
+    TCN_CHECK(checkpoint_tokens(resumed.file.metadata) == o.tokens, "--resume ", o.resume, ": the checkpoint's model reads ",
+              checkpoint_tokens(resumed.file.metadata), " tokens, this run ", o.tokens, " tokens");
+    TCN_CHECK(resumed.vocab == corpus.vocab.tokens, "--resume ", o.resume,
               ": the checkpoint's vocabulary differs from the data's (", resumed.vocab.size(), " vs ",
-              corpus.vocab.size(), " characters)");
+              corpus.vocab.size(), " ", corpus.vocab.unit(), ")");
     json want = model_config(o, corpus.vocab.size()), have = model->config_json();
     TCN_CHECK(want == have, "--resume ", o.resume, ": the checkpoint's config ", have.dump(),
               " does not match the flags ", want.dump());
@@ -421,10 +434,16 @@ int run_train(TrainOptions o) {
     st = read_train_state(o, resumed.file.metadata, wins.size(), dropout_seed, dropout_offset);
   } else {
     model = nn::make_char_lm(o.model, model_config(o, corpus.vocab.size()), o.seed);
+    if (kind == Tokens::Words && o.model == "tcn") {
+      // word_cnn's init_weights: the (tied) embedding N(0, 0.01) where char_cnn's is U(-0.1, 0.1).
+      autograd::NoGrad ng;
+      Generator init(o.seed);
+      normal_(dynamic_cast<nn::TCNCharLM&>(*model).encoder->weight, 0.0, 0.01, init);
+    }
     if (!o.init.empty()) {
       // Weights only: e.g. a PyTorch model's initial state, to compare training runs step by step.
       nn::LoadedCharLM init = nn::load_char_lm(o.init, "optim.");
-      TCN_CHECK(init.vocab == corpus.vocab.chars, "--init ", o.init, ": the checkpoint's vocabulary differs from the data's");
+      TCN_CHECK(init.vocab == corpus.vocab.tokens, "--init ", o.init, ": the checkpoint's vocabulary differs from the data's");
       TCN_CHECK(init.model->kind() == o.model && init.model->config_json() == model->config_json(), "--init ", o.init,
                 ": the checkpoint's ", init.model->kind(), " config ", init.model->config_json().dump(),
                 " does not match the flags ", model->config_json().dump());
@@ -443,11 +462,11 @@ int run_train(TrainOptions o) {
   }
 
   const int64_t hist = o.seq_len - o.validseqlen;
-  say("charlm train | model %s | %lld parameters | vocab %lld | device %s | threads %d | precision %s%s\n",
-      o.model.c_str(), static_cast<long long>(model->num_parameters()), static_cast<long long>(corpus.vocab.size()),
+  say("train | model %s | tokens %s | %lld parameters | vocab %lld | device %s | threads %d | precision %s%s\n",
+      o.model.c_str(), o.tokens.c_str(), static_cast<long long>(model->num_parameters()), static_cast<long long>(corpus.vocab.size()),
       device.str().c_str(), num_threads(), o.precision.c_str(), precision_note(o.precision, device).c_str());
-  say("data %s: train %zu chars -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)\n",
-              o.data.c_str(), corpus.train.size(), static_cast<long long>(o.batch_size),
+  say("data %s: train %lld %s -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)\n",
+              o.data.c_str(), static_cast<long long>(train.numel()), rate_unit(kind), static_cast<long long>(o.batch_size),
               static_cast<long long>(train.size(1)), wins.size(), static_cast<long long>(o.seq_len),
               static_cast<long long>(o.validseqlen));
   if (!o.resume.empty())
@@ -456,7 +475,7 @@ int run_train(TrainOptions o) {
                 static_cast<long long>(st.step));
   std::fflush(stdout);
 
-  MetricsLog log(o.metrics, !o.resume.empty());
+  MetricsLog log(o.metrics, !o.resume.empty(), kind);
   const auto t_start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
   const bool tty = !o.quiet && stderr_is_tty();
@@ -483,9 +502,9 @@ int run_train(TrainOptions o) {
   auto end_of_run_eval = [&](int64_t epoch, bool full_epoch) {
     double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
     double tloss = evaluate(*model, test, o.seq_len, o.validseqlen, o.eval_batches);
-    say("| end of epoch %3lld | step %lld | valid loss %.3f | valid bpc %.3f | test bpc %.3f | %.1f s%s\n",
-                static_cast<long long>(epoch), static_cast<long long>(st.step), vloss, vloss / kLn2, tloss / kLn2,
-                elapsed(), full_epoch ? "" : " (partial epoch)");
+    say("| end of epoch %3lld | step %lld | valid loss %.3f | valid %s %.3f | test %s %.3f | %.1f s%s\n",
+                static_cast<long long>(epoch), static_cast<long long>(st.step), vloss, score_name(kind),
+                score(kind, vloss), score_name(kind), score(kind, tloss), elapsed(), full_epoch ? "" : " (partial epoch)");
     std::fflush(stdout);
     log.row("valid", epoch, st.step, st.lr, vloss, 0, 0, elapsed());
     log.row("test", epoch, st.step, st.lr, tloss, 0, 0, elapsed());
@@ -631,9 +650,9 @@ int run_train(TrainOptions o) {
         double avg = interval_loss / static_cast<double>(interval_steps);
         last_loss = avg;
         if (tty) std::fprintf(stderr, "\r%80s\r", "");
-        say("| epoch %3lld | %5lld/%5zu batches | lr %.5f | ms/batch %8.1f | chars/s %7.0f | loss %.3f | bpc %.3f\n",
-                    static_cast<long long>(st.epoch), static_cast<long long>(bi + 1), wins.size(), st.lr, ms, cps,
-                    avg, avg / kLn2);
+        say("| epoch %3lld | %5lld/%5zu batches | lr %.5f | ms/batch %8.1f | %s/s %7.0f | loss %.3f | %s %.3f\n",
+                    static_cast<long long>(st.epoch), static_cast<long long>(bi + 1), wins.size(), st.lr, ms,
+                    rate_unit(kind), cps, avg, score_name(kind), score(kind, avg));
         std::fflush(stdout);
         log.row("train", st.epoch, st.step, st.lr, avg, ms, cps, elapsed());
         interval_loss = 0;
@@ -645,8 +664,8 @@ int run_train(TrainOptions o) {
         const auto t_eval = Clock::now();
         double vloss = evaluate(*model, valid, o.seq_len, o.validseqlen, o.eval_batches);
         model->train();
-        say("| step %lld | valid loss %.3f | valid bpc %.3f\n", static_cast<long long>(st.step), vloss,
-                    vloss / kLn2);
+        say("| step %lld | valid loss %.3f | valid %s %.3f\n", static_cast<long long>(st.step), vloss,
+                    score_name(kind), score(kind, vloss));
         std::fflush(stdout);
         log.row("valid", st.epoch, st.step, st.lr, vloss, 0, 0, elapsed());
         t_interval += Clock::now() - t_eval;  // keep evaluation out of the interval's ms/batch
@@ -663,10 +682,16 @@ int run_train(TrainOptions o) {
     const bool full_epoch = !stop;
     double vloss = end_of_run_eval(st.epoch, full_epoch);
     if (full_epoch) {
-      // The reference schedule: divide lr by 10 when valid loss is worse than the max of the last 3 epochs.
-      if (st.epoch > 5 && st.vlosses.size() >= 3 &&
-          vloss > *std::max_element(st.vlosses.end() - 3, st.vlosses.end())) {
-        st.lr /= 10;
+      // The reference schedules, after epoch 5: char_cnn divides lr by 10 when valid
+      // loss is worse than the max of the last 3 epochs'; word_cnn halves it when
+      // valid loss is no better than the max of the last 5.
+      const bool words = kind == Tokens::Words;
+      const size_t window = words ? 5 : 3;
+      if (st.epoch > 5 && st.vlosses.size() >= window) {
+        const double worst = *std::max_element(st.vlosses.end() - static_cast<std::ptrdiff_t>(window), st.vlosses.end());
+        if (words ? vloss >= worst : vloss > worst) st.lr /= words ? 2 : 10;
+      }
+      if (st.lr != opt->lr) {
         opt->lr = st.lr;
         say("learning rate -> %.6f\n", st.lr);
       }
@@ -683,7 +708,7 @@ int run_train(TrainOptions o) {
       save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
       if (improved) {
         save_checkpoint(o.save, *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
-        say("saved best model (valid bpc %.3f) to %s\n", vloss / kLn2, o.save.c_str());
+        say("saved best model (valid %s %.3f) to %s\n", score_name(kind), score(kind, vloss), o.save.c_str());
       }
       std::fflush(stdout);
     }
@@ -713,14 +738,15 @@ int run_eval(const EvalOptions& o) {
   const Autocast precision(precision_for(o.precision, device));
   check_regular_input(o.checkpoint, "--checkpoint");
   nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
-  Vocab vocab = Vocab::from_chars(m.vocab);
+  Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
   const std::string file = o.data + "/ptb." + o.split + ".txt";
   const std::string text = read_data_file(file);
   Tensor source = batchify(vocab.encode(text, file), o.batch_size, o.seq_len, file);
   m.model->to(device);
   auto t0 = Clock::now();
   double loss = evaluate(*m.model, source, o.seq_len, o.validseqlen, o.max_batches);
-  std::printf("%s %s: loss %.4f | bpc %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss, loss / kLn2,
+  std::printf("%s %s: loss %.4f | %s %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss,
+              score_name(vocab.kind), score(vocab.kind, loss),
               std::chrono::duration<double>(Clock::now() - t0).count());
   return 0;
 }

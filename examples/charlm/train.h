@@ -5,13 +5,16 @@
 
 #include <string>
 
-#include "core/autocast.h"
-#include "nn/models.h"
+#include "tcn/core/autocast.h"
+#include "tcn/nn/models.h"
 
 namespace charlm {
 
 struct TrainOptions {
   std::string model = "tcn";
+  // char: the char_cnn recipe; word: word_cnn's (words with <eos>, embedding
+  // init N(0, 0.01), lr halved when valid loss is no better than the last 5 epochs').
+  std::string tokens = "char";
   int64_t batch_size = 32, seq_len = 400, validseqlen = 320;
   int64_t emsize = 100, nhid = -1, levels = 3, ksize = 3, layers = 1;  // nhid -1: 450 (tcn) or 700 (lstm)
   double dropout = 0.1, emb_dropout = 0.1;
@@ -44,14 +47,14 @@ int run_train(TrainOptions opts);
 void check_resume_metadata(const TrainOptions& o, const tcn::nn::Metadata& meta, size_t windows_per_epoch);
 
 struct EvalOptions {
-  std::string checkpoint, data = "data/ptb", split = "test", device = "auto";
+  std::string checkpoint, data = "data/ptb", split = "test", device = "auto";  // tokens: the checkpoint's
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
   int threads = 0;
   std::string precision = "fp32";
 };
 int run_eval(const EvalOptions& opts);
 
-// Mean loss (nats per character) of the model over a [B, L] source, scoring the
+// Mean loss (nats per token) of the model over a [B, L] source, scoring the
 // last validseqlen positions of each window; at most max_batches windows (0: all).
 double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_len, int64_t validseqlen,
                 int64_t max_batches = 0);
@@ -65,6 +68,10 @@ tcn::Precision precision_for(const std::string& name, const tcn::Device& device)
 // written or does not exist yet under a writable directory (or one that can
 // be made): output paths are checked before any training.
 void check_output_path(const char* flag, const std::string& path);
+
+// What a checkpoint's vocabulary holds: its metadata's "tokens" ("char" when
+// absent: the checkpoints written before word models).
+std::string checkpoint_tokens(const tcn::nn::Metadata& meta);
 
 // "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
 tcn::Device resolve_device(const std::string& name);

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "examples/charlm/train.h"
-#include "nn/optim.h"
+#include "tcn/nn/optim.h"
 
 namespace {
 

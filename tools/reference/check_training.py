@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """The first training steps on PTB, tcn vs PyTorch, from the same weights.
 
-Builds the reference PyTorch model (locuslab char_cnn TCN, or the LSTM baseline)
-with the full default configuration, writes its initial weights as a tcn
-checkpoint, runs `charlm train --init` on it for N steps with dropout off, runs
-the same N steps in PyTorch (same data order: batchify into 32 streams, windows
-of 400 advancing by 320, SGD lr 4, clip 0.15), and compares the per-step losses.
+Builds the reference PyTorch model (locuslab char_cnn TCN, the LSTM baseline,
+or with --model word the word_cnn TCN on PTB words) with the full default
+configuration, writes its initial weights as a tcn checkpoint, runs
+`charlm train --init` (`wordlm train --init` for words) on it for N steps with
+dropout off, runs the same N steps in PyTorch (same data order: characters
+batchified into 32 streams, windows of 400 advancing by 320, SGD lr 4, clip
+0.15; words into 16 streams, windows of 80 advancing by 40, lr 4, clip 0.35),
+and compares the per-step losses.
 
     /usr/bin/python3 tools/reference/check_training.py --charlm build/charlm --data data/ptb [--model tcn] [--steps 20]
+    /usr/bin/python3 tools/reference/check_training.py --wordlm build/wordlm --data data/ptb --model word --rtol 1e-4
 
 Prints one line per step and PASS/FAIL (max relative difference <= --rtol, 1e-3
 by default). Exit status 0 on PASS.
@@ -38,35 +42,57 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--charlm", default="build/charlm")
     ap.add_argument("--data", default="data/ptb")
-    ap.add_argument("--model", default="tcn", choices=["tcn", "lstm"])
+    ap.add_argument("--wordlm", default="build/wordlm")
+    ap.add_argument("--model", default="tcn", choices=["tcn", "lstm", "word"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1111)
+    ap.add_argument("--lr", type=float, default=4.0, help="the reference's lr (4) unless given")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
     texts = [read(os.path.join(args.data, "ptb.%s.txt" % s)) for s in ("train", "valid", "test")]
-    vocab = sorted(set("".join(texts)))
+    words = args.model == "word"
+    if words:
+        # word_cnn's Corpus: each line's words then <eos>; ids in order of first appearance.
+        tokens = [[w for line in t.splitlines() for w in line.split() + ["<eos>"]] for t in texts]
+        vocab = list(dict.fromkeys(w for t in tokens for w in t))
+    else:
+        tokens = texts
+        vocab = sorted(set("".join(texts)))
     index = {c: i for i, c in enumerate(vocab)}
-    if args.model == "tcn":
+    kind = "tcn" if words else args.model
+    if words:
+        cfg = {"vocab_size": len(vocab), "emsize": 600, "nhid": 600, "levels": 4, "ksize": 3,
+               "dropout": 0.0, "emb_dropout": 0.0}
+    elif args.model == "tcn":
         cfg = {"vocab_size": len(vocab), "emsize": 100, "nhid": 450, "levels": 3, "ksize": 3,
                "dropout": 0.0, "emb_dropout": 0.0}
     else:
         cfg = {"vocab_size": len(vocab), "emsize": 100, "nhid": 700, "layers": 1,
                "dropout": 0.0, "emb_dropout": 0.0}
-    model = models.build_model(args.model, cfg)
-    batch, seq_len, validseqlen, lr, clip = 32, 400, 320, 4.0, 0.15
+    model = models.build_model(kind, cfg)
+    if words:
+        with torch.no_grad():  # word_cnn's init_weights: the tied embedding N(0, 0.01)
+            model.encoder.weight.normal_(0, 0.01)
+    if words:
+        batch, seq_len, validseqlen, lr, clip = 16, 80, 40, args.lr, 0.35
+    else:
+        batch, seq_len, validseqlen, lr, clip = 32, 400, 320, args.lr, 0.15
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = os.path.join(tmp, "init.safetensors")
         tensors = {n: t.detach().float().contiguous() for n, t in models.canonical_state_dict(model).items()}
-        safetensors_io.save(ckpt, tensors, {"format": "tcn-checkpoint", "version": "1", "model": args.model,
-                                            "config": json.dumps(cfg), "vocab": json.dumps(vocab)})
+        meta = {"format": "tcn-checkpoint", "version": "1", "model": kind, "config": json.dumps(cfg),
+                "vocab": json.dumps(vocab)}
+        if words:
+            meta["tokens"] = "word"
+        safetensors_io.save(ckpt, tensors, meta)
         metrics = os.path.join(tmp, "m.csv")
-        cmd = [args.charlm, "train", "--model", args.model, "--init", ckpt, "--data", args.data,
-               "--dropout", "0", "--emb_dropout", "0", "--max_steps", str(args.steps), "--log-interval", "1",
+        cmd = [args.wordlm if words else args.charlm, "train", "--model", kind, "--init", ckpt, "--data", args.data,
+               "--dropout", "0", "--emb_dropout", "0", "--max_steps", str(args.steps), "--lr", str(lr), "--log-interval", "1",
                "--metrics", metrics, "--eval_batches", "1", "--threads", str(args.threads), "--device", "cpu"]
         print("running:", " ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -74,7 +100,7 @@ def main():
             ours = [float(r["loss"]) for r in csv.DictReader(f) if r["event"] == "train"]
 
     # PyTorch, the reference loop.
-    data = torch.tensor([index[c] for c in texts[0]], dtype=torch.long)
+    data = torch.tensor([index[c] for c in tokens[0]], dtype=torch.long)
     n = data.size(0) // batch
     source = data[: n * batch].view(batch, n)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -83,7 +109,8 @@ def main():
     for i in range(0, n - 1, validseqlen):
         if len(theirs) == args.steps:
             break
-        if i + seq_len - validseqlen >= n:
+        # char_cnn skips a window whose history reaches the end; word_cnn one that reaches the last token.
+        if i + seq_len - validseqlen >= (n - 1 if words else n):
             continue
         sl = min(seq_len, n - 1 - i)
         inp, tgt = source[:, i:i + sl], source[:, i + 1:i + 1 + sl]
