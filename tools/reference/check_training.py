@@ -49,7 +49,12 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1111)
     ap.add_argument("--lr", type=float, default=4.0, help="the reference's lr (4) unless given")
+    ap.add_argument("--fp64", action="store_true",
+                    help="also run the reference in float64 and print both float32 runs' distance from it")
+    ap.add_argument("--against", default="fp32", choices=["fp32", "fp64"],
+                    help="the verdict's reference: PyTorch in float32 (default) or float64 (implies --fp64)")
     args = ap.parse_args()
+    args.fp64 = args.fp64 or args.against == "fp64"
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -99,38 +104,58 @@ def main():
         with open(metrics) as f:
             ours = [float(r["loss"]) for r in csv.DictReader(f) if r["event"] == "train"]
 
-    # PyTorch, the reference loop.
+    # PyTorch, the reference loop; with --fp64 also in float64, from the same
+    # initial weights, to show how far float32 rounding alone moves the losses.
     data = torch.tensor([index[c] for c in tokens[0]], dtype=torch.long)
     n = data.size(0) // batch
     source = data[: n * batch].view(batch, n)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    model.train()
-    theirs = []
-    for i in range(0, n - 1, validseqlen):
-        if len(theirs) == args.steps:
-            break
-        # char_cnn skips a window whose history reaches the end; word_cnn one that reaches the last token.
-        if i + seq_len - validseqlen >= (n - 1 if words else n):
-            continue
-        sl = min(seq_len, n - 1 - i)
-        inp, tgt = source[:, i:i + sl], source[:, i + 1:i + 1 + sl]
-        opt.zero_grad()
-        out = model(inp)
-        h = seq_len - validseqlen
-        loss = F.cross_entropy(out[:, h:].reshape(-1, len(vocab)), tgt[:, h:].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        theirs.append(loss.item())
+    initial = models.build_model(kind, cfg)  # a copy (weight norm's weights are not deep-copyable)
+    initial.load_state_dict(model.state_dict())
 
-    worst = 0.0
+    def reference(net):
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        net.train()
+        losses = []
+        for i in range(0, n - 1, validseqlen):
+            if len(losses) == args.steps:
+                break
+            # char_cnn skips a window whose history reaches the end; word_cnn one that reaches the last token.
+            if i + seq_len - validseqlen >= (n - 1 if words else n):
+                continue
+            sl = min(seq_len, n - 1 - i)
+            inp, tgt = source[:, i:i + sl], source[:, i + 1:i + 1 + sl]
+            opt.zero_grad()
+            out = net(inp)
+            h = seq_len - validseqlen
+            loss = F.cross_entropy(out[:, h:].reshape(-1, len(vocab)), tgt[:, h:].reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    theirs = reference(model)
+    exact = reference(initial.double()) if args.fp64 else None
+
+    worst = worst_ours64 = worst_fp32 = 0.0
     for step, (a, b) in enumerate(zip(ours, theirs), 1):
         rel = abs(a - b) / abs(b)
         worst = max(worst, rel)
-        print("step %2d  tcn %.6f  pytorch %.6f  rel %.2e" % (step, a, b, rel))
+        line = "step %2d  tcn %.6f  pytorch %.6f  rel %.2e" % (step, a, b, rel)
+        if exact:
+            c = exact[step - 1]
+            worst_ours64 = max(worst_ours64, abs(a - c) / abs(c))
+            worst_fp32 = max(worst_fp32, abs(b - c) / abs(c))
+            line += "  | pytorch fp64 %.6f  tcn-fp64 %.2e  pytorch32-fp64 %.2e" % (c, abs(a - c) / abs(c), abs(b - c) / abs(c))
+        print(line)
+    if exact:
+        print("against float64 PyTorch: tcn max %.2e, float32 PyTorch max %.2e" % (worst_ours64, worst_fp32))
+    if args.against == "fp64":
+        worst = worst_ours64
     ok = len(ours) == len(theirs) == args.steps and worst <= args.rtol and all(map(math.isfinite, ours))
-    print("%s  %s: %d training steps on PTB, max relative loss difference %.2e (tolerance %.0e)"
-          % ("PASS" if ok else "FAIL", args.model, len(ours), worst, args.rtol))
+    print("%s  %s: %d training steps on PTB, max relative loss difference %.2e from %s PyTorch (tolerance %.0e)"
+          % ("PASS" if ok else "FAIL", args.model, len(ours), worst,
+             "float64" if args.against == "fp64" else "float32", args.rtol))
     return 0 if ok else 1
 
 

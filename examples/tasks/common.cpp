@@ -1,0 +1,342 @@
+#include "common.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tcn/core/files.h"
+#include "tcn/cuda/runtime.h"
+#include "tcn/nn/safetensors.h"
+
+namespace tasks {
+
+using namespace tcn;
+using Clock = std::chrono::steady_clock;
+
+// ---- flags ----------------------------------------------------------------------------------
+namespace {
+constexpr int64_t kMaxCount = 1000000000000;  // --max_steps, --log-interval
+constexpr int64_t kMaxBatch = 100000;
+constexpr int64_t kMaxSamples = 100000000;  // --train_size, --test_size
+constexpr int64_t kMaxEpochs = 1000000;
+constexpr double kMaxLr = 1e30;  // huge is allowed: the NaN test diverges on purpose
+constexpr double kMaxClip = 1e6;
+
+std::string range(int64_t lo, int64_t hi) { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; }
+
+// A seed: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
+const CLI::Validator kSeed(
+    [](std::string& v) -> std::string {
+      uint64_t x = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+        return "must be an integer in [0, 2^64 - 1], got " + v;
+      return "";
+    },
+    "");
+
+// "PROGRAM: error: MESSAGE" as one line, whatever the message holds.
+void print_error(const char* program, std::string msg) {
+  for (char& c : msg)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
+}
+}  // namespace
+
+void check(const char* flag, int64_t v, int64_t lo, int64_t hi, const char* note) {
+  TCN_CHECK(v >= lo && v <= hi, flag, " must be in ", range(lo, hi), note, ", got ", v);
+}
+
+void check_real(const char* flag, double v, double lo, double hi, bool lo_open, bool hi_open, const char* note) {
+  const bool ok = !std::isnan(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  TCN_CHECK(ok, flag, " must be in ", lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]", note, ", got ", v);
+}
+
+void add_common_flags(CLI::App& app, CommonOptions& o) {
+  app.add_option("--batch_size", o.batch_size, "batch size, in [1, 100000]")->capture_default_str();
+  app.add_option("--dropout", o.dropout, "dropout in the temporal blocks, in [0, 1)")->capture_default_str();
+  app.add_option("--clip", o.clip, "gradient clip (global L2 norm), in [-1, 1e6]; <= 0: off")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "upper epoch limit, in [1, 1000000]")->capture_default_str();
+  app.add_option("--ksize", o.ksize, "kernel size, in [1, 64]")->capture_default_str();
+  app.add_option("--levels", o.levels, "temporal blocks, in [1, 32]")->capture_default_str();
+  app.add_option("--nhid", o.nhid, "channels per block, in [1, 65536]")->capture_default_str();
+  app.add_option("--log-interval,--log_interval", o.log_interval, "steps per progress line, in [1, 1e12]")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate, in (0, 1e30]")->capture_default_str();
+  app.add_option("--optim", o.optim, "optimizer: Adam, RMSprop or SGD (torch.optim's defaults otherwise)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"Adam", "RMSprop", "SGD"}));
+  app.add_option("--seed", o.seed, "seed of the data, the init and dropout, in [0, 2^64 - 1]")
+      ->capture_default_str()
+      ->check(kSeed);
+  app.add_option("--device", o.device, "cpu, cuda[:N] or auto (a GPU once the CUDA kernels are verified on one)")
+      ->capture_default_str();
+  app.add_option("--max_steps", o.max_steps, "stop after this many steps, in [0, 1e12] (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--train_size", o.train_size, "training sequences, in [1, 1e8] (the reference's N_train)")
+      ->capture_default_str();
+  app.add_option("--test_size", o.test_size, "test sequences, in [1, 1e8] (the reference's N_test)")
+      ->capture_default_str();
+  app.add_option("--metrics", o.metrics, "metrics CSV (default runs/<program>.csv)");
+  app.add_option("--save_init", o.save_init, "write the initial weights here (safetensors, PyTorch names)");
+  app.add_option("--dump_batches", o.dump_batches,
+                 "write the training samples of the steps this run takes (at most one epoch) here (safetensors)");
+}
+
+void check_common_flags(const CommonOptions& o) {
+  check("--batch_size", o.batch_size, 1, kMaxBatch);
+  check_real("--dropout", o.dropout, 0, 1, false, true);
+  check_real("--clip", o.clip, -1, kMaxClip, false, false, " (<= 0: off)");
+  check("--epochs", o.epochs, 1, kMaxEpochs);
+  check("--ksize", o.ksize, 1, nn::limits::kMaxKsize);
+  check("--levels", o.levels, 1, nn::limits::kMaxLevels);
+  check("--nhid", o.nhid, 1, nn::limits::kMaxWidth);
+  check("--log-interval", o.log_interval, 1, kMaxCount);
+  check_real("--lr", o.lr, 0, kMaxLr, true, false);
+  check("--max_steps", o.max_steps, 0, kMaxCount, " (0: no limit)");
+  check("--train_size", o.train_size, 1, kMaxSamples);
+  check("--test_size", o.test_size, 1, kMaxSamples);
+}
+
+int run_main(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& ex) {
+    if (ex.get_exit_code() == 0) return app.exit(ex);  // --help
+    print_error(program, std::string(ex.what()) + " (see --help)");
+    return ex.get_exit_code();
+  }
+  try {
+    const int rc = body();
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      print_error(program, std::string("cannot write to standard output") +
+                               (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
+      return 1;
+    }
+    return rc;
+  } catch (const std::exception& ex) {
+    std::fflush(stdout);
+    print_error(program, ex.what());
+    return 1;
+  }
+}
+
+// ---- the model --------------------------------------------------------------------------------
+TaskTCN::TaskTCN(int64_t inputs, int64_t outputs, const CommonOptions& o, Generator& init, Generator& drop) {
+  const std::vector<int64_t> channels(static_cast<size_t>(o.levels), o.nhid);
+  tcn = register_module("tcn", std::make_shared<nn::TemporalConvNet>(inputs, channels, o.ksize, o.dropout, init, drop));
+  linear = register_module("linear", std::make_shared<nn::Linear>(o.nhid, outputs, init));
+  autograd::NoGrad ng;
+  normal_(linear->weight, 0.0, 0.01, init);  // locuslab's init_weights (the bias keeps PyTorch's default)
+}
+
+Tensor TaskTCN::forward(const Tensor& x, int64_t keep_last) const {
+  const auto scope = profile_scope();
+  return linear->forward(tcn->forward(x, keep_last));
+}
+
+std::vector<int64_t> random_ints(int64_t count, int64_t n, Generator& gen) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count));
+  for (double u : rand({count}, {DType::F64}, gen).to_vector<double>())
+    out.push_back(std::min<int64_t>(n - 1, static_cast<int64_t>(u * static_cast<double>(n))));
+  return out;
+}
+
+// ---- the training loop ----------------------------------------------------------------------------
+namespace {
+
+// "auto" -> CUDA when a GPU is usable and the kernels have been verified on one, else the CPU.
+Device resolve_device(const std::string& name, const char* program) {
+  if (name == "auto") return cuda::is_available() && cuda::verified_on_gpu() ? Device::cuda(0) : Device::cpu();
+  const Device d = parse_device(name);
+  if (d.is_cuda()) {
+    TCN_CHECK(cuda::is_available(), "--device ", name, ": no usable GPU (", cuda::unavailable_reason(), ")");
+    if (cuda::emulated())
+      std::fprintf(stderr, "%s: note: --device %s is the EMULATED device (TCN_CUDA=EMU): it checks the kernels' "
+                           "logic on the CPU, far slower than the CPU backend\n", program, name.c_str());
+    else if (!cuda::verified_on_gpu())
+      std::fprintf(stderr, "%s: warning: the CUDA kernels of this build have not been verified on a GPU yet\n",
+                   program);
+  }
+  return d;
+}
+
+// Throws unless `path` is a regular file we may write, or does not exist yet
+// under a directory we may write in (checked before training, not after it).
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0) {
+    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", file_kind(sb.st_mode),
+              ", not a regular file)");
+    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
+    return;
+  }
+  // The nearest existing ancestor must be a writable directory (the rest is created).
+  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  while (::stat(dir.c_str(), &sb) != 0 && dir != dir.parent_path()) dir = dir.parent_path();
+  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ", file_kind(sb.st_mode),
+            ")");
+  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
+            std::strerror(errno), ")");
+}
+
+// event,epoch,step,loss,accuracy,ms_per_step,elapsed_s (accuracy empty for a task without one).
+class MetricsCsv {
+ public:
+  explicit MetricsCsv(const std::string& path) : path_(path) {
+    const auto parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    TCN_CHECK(!ec, "--metrics ", path, ": cannot create ", parent.string(), " (", ec.message(), ")");
+    f_.open(path, std::ios::trunc);
+    TCN_CHECK(f_.good(), "--metrics ", path, ": cannot open for writing (", std::strerror(errno), ")");
+    f_ << "event,epoch,step,loss,accuracy,ms_per_step,elapsed_s\n";
+  }
+  void row(const char* event, int64_t epoch, int64_t step, double loss, double accuracy, double ms, double elapsed) {
+    char acc[32] = "";
+    if (!std::isnan(accuracy)) std::snprintf(acc, sizeof acc, "%.6f", accuracy);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.9g,%s,%.3f,%.2f\n", event, static_cast<long long>(epoch),
+                  static_cast<long long>(step), loss, acc, ms, elapsed);
+    f_ << buf;
+    f_.flush();
+    TCN_CHECK(f_.good(), "--metrics ", path_, ": write failed (", std::strerror(errno), ")");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream f_;
+};
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params, double lr) {
+  if (name == "Adam") return std::make_unique<nn::Adam>(std::move(params), lr);
+  if (name == "RMSprop") return std::make_unique<nn::RMSprop>(std::move(params), lr);
+  if (name == "SGD") return std::make_unique<nn::SGD>(std::move(params), lr);
+  TCN_FAIL("--optim ", name, ": not Adam, RMSprop or SGD");
+}
+
+// The test set in batches of batch_size, under NoGrad: mean loss and accuracy (NaN without one).
+std::pair<double, double> evaluate(const TaskSetup& t, TaskTCN& model, const Dataset& test) {
+  model.eval();
+  autograd::NoGrad ng;
+  EvalSums s;
+  for (int64_t i = 0; i < test.size(); i += t.opts.batch_size)
+    t.evaluate(model, test.slice(i, std::min(t.opts.batch_size, test.size() - i)), s);
+  model.train();
+  return {s.loss_sum / static_cast<double>(s.loss_count),
+          s.scored > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.scored) : std::nan("")};
+}
+
+}  // namespace
+
+int train(TaskSetup& t) {
+  const CommonOptions& o = t.opts;
+  const char* prog = t.program;
+  const Device device = resolve_device(o.device, prog);
+  const std::string metrics = o.metrics.empty() ? "runs/" + std::string(prog) + ".csv" : o.metrics;
+  check_output_path("--metrics", metrics);
+  check_output_path("--save_init", o.save_init);
+  check_output_path("--dump_batches", o.dump_batches);
+
+  Generator init = init_generator(o.seed), drop = dropout_generator(o.seed);
+  TaskTCN model(t.inputs, t.outputs, o, init, drop);
+  const int64_t n = t.train.size(), B = o.batch_size;
+  const int64_t per_epoch = (n + B - 1) / B;  // the last batch may be shorter, as in the reference
+  const int64_t planned = o.max_steps > 0 ? std::min(o.max_steps, o.epochs * per_epoch) : o.epochs * per_epoch;
+
+  // For tools/reference/check_tasks.py: the weights before any step, and the samples the steps will read.
+  if (!o.save_init.empty()) {
+    const nlohmann::json cfg = {{"task", prog},         {"inputs", t.inputs}, {"outputs", t.outputs},
+                                {"nhid", o.nhid},       {"levels", o.levels}, {"ksize", o.ksize},
+                                {"dropout", o.dropout}, {"optim", o.optim},   {"lr", o.lr},
+                                {"clip", o.clip}};
+    nn::save_safetensors(o.save_init, model.named_parameters(), {{"config", cfg.dump()}});
+  }
+  if (!o.dump_batches.empty()) {
+    const Dataset d = t.train.slice(0, std::min(n, planned * B));
+    nn::save_safetensors(o.dump_batches, {{"x", d.x.contiguous()}, {"y", d.y.contiguous()}},
+                         {{"batch_size", std::to_string(B)}});
+  }
+
+  model.to(device);
+  const Dataset train = t.train.to(device), test = t.test.to(device);
+  std::unique_ptr<nn::Optimizer> opt = make_optimizer(o.optim, model.parameters(), o.lr);
+  char clip_buf[32] = "off";
+  if (o.clip > 0) std::snprintf(clip_buf, sizeof clip_buf, "%g", o.clip);
+  const std::string clip = clip_buf;
+  std::printf("%s: %lld training and %lld test sequences of length %lld; TCN of %lld levels x %lld channels, kernel "
+              "%lld (receptive field %lld), %lld parameters; %s lr %g, clip %s; %s\n",
+              prog, static_cast<long long>(n), static_cast<long long>(test.size()),
+              static_cast<long long>(train.x.size(1)), static_cast<long long>(o.levels),
+              static_cast<long long>(o.nhid), static_cast<long long>(o.ksize),
+              static_cast<long long>(model.tcn->receptive_field()), static_cast<long long>(model.num_parameters()),
+              o.optim.c_str(), o.lr, clip.c_str(), device.str().c_str());
+  std::fflush(stdout);
+
+  MetricsCsv csv(metrics);
+  const auto t_start = Clock::now();
+  auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  // The loss stays on the device (nn::LossWatch); it is read at log lines only.
+  // The first non-finite loss closes the optimizer's gate, so the weights keep
+  // their last finite state, and the next read stops the run naming the step.
+  nn::LossWatch watch(device);
+  int64_t step = 0, interval_steps = 0;
+  auto t_interval = Clock::now();
+  auto log_interval = [&](int64_t epoch) {
+    const nn::LossWatch::Reading r = watch.read();
+    TCN_CHECK(r.bad_step < 0, "step ", r.bad_step, ": loss is ", r.bad_loss, "; stopped before its update");
+    const double ms = 1000 * seconds_since(t_interval) / static_cast<double>(interval_steps);
+    const double loss = r.loss_sum / static_cast<double>(r.losses);
+    const int64_t batch = (step - 1) % per_epoch + 1;
+    std::printf("| epoch %3lld | step %7lld | %5lld/%5lld batches | lr %.2e | ms/step %7.2f | loss %.8f\n",
+                static_cast<long long>(epoch), static_cast<long long>(step), static_cast<long long>(batch),
+                static_cast<long long>(per_epoch), opt->lr, ms, loss);
+    std::fflush(stdout);
+    csv.row("train", epoch, step, loss, std::nan(""), ms, seconds_since(t_start));
+    interval_steps = 0;
+    t_interval = Clock::now();
+  };
+
+  for (int64_t epoch = 1; epoch <= o.epochs && step < planned; ++epoch) {
+    model.train();
+    for (int64_t i = 0; i < n && step < planned; i += B) {
+      const Dataset batch = train.slice(i, std::min(B, n - i));
+      opt->zero_grad();
+      Tensor loss = t.loss(model, batch);
+      loss.backward();
+      if (o.clip > 0) nn::clip_grad_norm_(model.parameters(), o.clip);  // the norm stays on the device
+      watch.add(loss, step + 1);
+      opt->step(watch.ok());  // no update from a non-finite loss on
+      ++step;
+      ++interval_steps;
+      if (step % o.log_interval == 0 || step == planned) log_interval(epoch);
+    }
+    if (interval_steps > 0) log_interval(epoch);  // the epoch's last steps, when they end no interval
+    const auto t_eval = Clock::now();
+    const auto [test_loss, accuracy] = evaluate(t, model, test);
+    const double eval_s = seconds_since(t_eval);
+    std::printf("| end of epoch %3lld | step %7lld | test loss %.8f", static_cast<long long>(epoch),
+                static_cast<long long>(step), test_loss);
+    if (!std::isnan(accuracy)) std::printf(" | %s %.4f", t.accuracy_name, accuracy);
+    std::printf(" | %.1f s (test %.1f s)%s\n", seconds_since(t_start), eval_s,
+                step < epoch * per_epoch ? " (partial epoch)" : "");
+    std::fflush(stdout);
+    csv.row("test", epoch, step, test_loss, accuracy, 0, seconds_since(t_start));
+    TCN_CHECK(std::isfinite(test_loss), "epoch ", epoch, ": test loss is ", test_loss);
+  }
+  return 0;
+}
+
+}  // namespace tasks

@@ -1,0 +1,117 @@
+// What the two synthetic-task trainers of the TCN paper (Bai, Kolter, Koltun
+// 2018, section 5) share: the flags of locuslab/TCN's reference trainers, their
+// range checks, the model (a TemporalConvNet and a linear layer on top), and
+// the training loop (sequential batches, an optimizer step per batch, a
+// progress line per --log-interval steps, the test set at each epoch's end, a
+// metrics CSV).
+//
+//   adding.cpp   the adding problem: regress the sum of two marked numbers
+//   copymem.cpp  copy memory: recall 10 digits after a long blank stretch
+//
+// Each program fills a TaskSetup (its data, its loss, its test metric) and
+// calls train(). Every error is one line, "PROGRAM: error: ...", and exit 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tcn/nn/layers.h"
+#include "tcn/nn/models.h"
+#include "tcn/nn/optim.h"
+
+namespace tasks {
+
+// The flags both reference trainers have (add_test.py, copymem_test.py), with
+// the defaults of the task that fills them in before add_common_flags, and ours.
+struct CommonOptions {
+  int64_t batch_size = 32;
+  double dropout = 0.0;
+  double clip = -1;  // <= 0: off (the reference's -1)
+  int64_t epochs = 10, ksize = 7, levels = 8, nhid = 30;
+  int64_t log_interval = 100;
+  double lr = 4e-3;
+  std::string optim = "Adam";
+  uint64_t seed = 1111;
+  // Ours.
+  std::string device = "auto";
+  int64_t max_steps = 0;  // 0: no limit
+  int64_t train_size = 0, test_size = 0;  // the task sets its N_train / N_test before add_common_flags
+  std::string metrics;                    // default runs/<program>.csv
+  std::string save_init;                  // the initial weights (PyTorch names), for tools/reference/check_tasks.py
+  std::string dump_batches;               // the training samples of the steps this run takes, likewise
+};
+
+// Adds the shared flags to `app`, their help showing o's current values as defaults.
+void add_common_flags(CLI::App& app, CommonOptions& o);
+// Range-checks them (one tcn::Error naming the flag, its range and the value).
+void check_common_flags(const CommonOptions& o);
+
+// An integer flag in [lo, hi], a real one in a range (NaN is outside all).
+void check(const char* flag, int64_t v, int64_t lo, int64_t hi, const char* note = "");
+void check_real(const char* flag, double v, double lo, double hi, bool lo_open, bool hi_open, const char* note = "");
+
+// Parses argv into `app` and runs `body`: --help prints the help, a bad command
+// line or an exception from body is one line on stderr; returns the exit status.
+int run_main(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// The model of both tasks, as locuslab's TCN class: a TemporalConvNet with
+// `levels` blocks of `nhid` channels and a linear layer (weights N(0, 0.01))
+// from the last block's channels to `outputs`. Parameter names are PyTorch's
+// ("tcn.network.0.conv1.weight_v", "linear.weight").
+class TaskTCN : public tcn::nn::Module {
+ public:
+  TaskTCN(int64_t inputs, int64_t outputs, const CommonOptions& o, tcn::Generator& init, tcn::Generator& drop);
+  // x [B, T, inputs] -> [B, keep_last, outputs] (keep_last <= 0: all T steps).
+  tcn::Tensor forward(const tcn::Tensor& x, int64_t keep_last = 0) const;
+  std::shared_ptr<tcn::nn::TemporalConvNet> tcn;
+  std::shared_ptr<tcn::nn::Linear> linear;
+};
+
+// A data set: inputs x [N, T, C] (float32) and targets y (the task's shape).
+struct Dataset {
+  tcn::Tensor x, y;
+  int64_t size() const { return x.size(0); }
+  Dataset slice(int64_t start, int64_t n) const { return {x.narrow(0, start, n), y.narrow(0, start, n)}; }
+  Dataset to(tcn::Device d) const { return {x.to(d), y.to(d)}; }
+};
+
+// What a test pass adds up over its batches.
+struct EvalSums {
+  double loss_sum = 0;    // the loss times the number of values it averages
+  int64_t loss_count = 0;
+  int64_t correct = 0, scored = 0;  // for an accuracy; scored 0: the task has none
+};
+
+// One task for train(): its name, data, model and how to score a batch.
+struct TaskSetup {
+  const char* program;  // "adding": the prefix of messages, runs/adding.csv
+  CommonOptions opts;
+  Dataset train, test;  // on the CPU; train() moves them
+  // The mean training loss of a batch (differentiable).
+  std::function<tcn::Tensor(const TaskTCN&, const Dataset&)> loss;
+  // Adds a test batch's loss (and accuracy counts) to the sums; runs under NoGrad.
+  std::function<void(const TaskTCN&, const Dataset&, EvalSums&)> evaluate;
+  const char* accuracy_name = "";  // how the log names the accuracy, when there is one
+  int64_t inputs = 1, outputs = 1;  // the model's input channels and outputs per step
+};
+
+// Builds the model (seeded from --seed), trains it as the reference does
+// (batches in order, the last one possibly shorter, a clip if --clip > 0),
+// prints progress, evaluates the test set at every epoch's end, writes the
+// metrics CSV. A non-finite loss stops the run with an error naming its step.
+int train(TaskSetup& task);
+
+// The generators of a run, each its own Philox stream from --seed: model init,
+// dropout masks, data. (Different keys, so they never overlap.)
+inline tcn::Generator init_generator(uint64_t seed) { return tcn::Generator(seed); }
+inline tcn::Generator dropout_generator(uint64_t seed) { return tcn::Generator(seed + 1); }
+inline tcn::Generator data_generator(uint64_t seed) { return tcn::Generator(seed + 2); }
+
+// Uniform integers in [0, n) from 32-bit Philox draws: floor(u * n), u in [0, 1).
+std::vector<int64_t> random_ints(int64_t count, int64_t n, tcn::Generator& gen);
+
+}  // namespace tasks
