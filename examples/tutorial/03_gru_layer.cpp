@@ -168,7 +168,7 @@ int main() {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("tutorial_03_gru_" + std::to_string(::getpid()) + ".safetensors"))
           .string();
-  struct RemoveAtExit {  // also when a check below throws
+  struct RemoveAtExit {  // also when an op below throws a tcn::Error
     std::string path;
     ~RemoveAtExit() { std::filesystem::remove(path); }
   } remove_at_exit{path};

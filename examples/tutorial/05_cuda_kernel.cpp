@@ -45,7 +45,8 @@ Tensor softplus_cpu(const Tensor& x) {
 // branch on the device, and autograd::record is how any function joins the tape.
 Tensor softplus(const Tensor& x_in) {
   using namespace tcn;
-  TCN_CHECK(is_floating(x_in.dtype()), "softplus: expected a float32 or float64 tensor, got ", x_in.dtype());
+  TCN_CHECK(x_in.dtype() == DType::F32 || x_in.dtype() == DType::F64, "softplus: expected a float32 or float64 tensor, got ",
+            x_in.dtype());
   const Tensor x = x_in.detach().contiguous();  // the kernels read dense arrays
   Tensor y;
   if (x.device().is_cuda()) {
