@@ -24,8 +24,6 @@
 
 namespace charlm {
 
-namespace {
-// "PROGRAM: error: MESSAGE" as one line, whatever the message holds.
 void print_error(const char* program, std::string msg) {
   for (char& c : msg)
     if (c == '\n' || c == '\r') c = ' ';
@@ -42,7 +40,6 @@ const CLI::Validator kSeed(
       return "";
     },
     "");
-}  // namespace
 
 int run_cli(int argc, char** argv, const Program& program) {
   CLI::App app{program.description, program.name};

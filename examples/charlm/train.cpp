@@ -39,7 +39,7 @@ std::string checkpoint_tokens(const nn::Metadata& meta) {
   return it->second;
 }
 
-Device resolve_device(const std::string& name) {
+Device resolve_device(const std::string& name, const char* program) {
   if (name == "auto") {
     if (cuda::is_available() && cuda::verified_on_gpu()) return Device::cuda(0);
     return Device::cpu();
@@ -48,12 +48,13 @@ Device resolve_device(const std::string& name) {
   if (d.is_cuda()) {
     TCN_CHECK(cuda::is_available(), "--device ", name, ": no usable GPU (", cuda::unavailable_reason(), ")");
     if (cuda::emulated())
-      std::fprintf(stderr, "charlm: note: --device %s is the EMULATED device (TCN_CUDA=EMU): the CUDA kernels run "
+      std::fprintf(stderr, "%s: note: --device %s is the EMULATED device (TCN_CUDA=EMU): the CUDA kernels run "
                            "on the CPU to check their logic, far slower than the CPU backend; not a GPU\n",
-                   name.c_str());
+                   program, name.c_str());
     else if (!cuda::verified_on_gpu())
-      std::fprintf(stderr, "charlm: warning: the CUDA kernels of this build have not been verified on a GPU yet "
-                           "(tests/test_cuda_ops.cpp); results may be wrong\n");
+      std::fprintf(stderr, "%s: warning: the CUDA kernels of this build have not been verified on a GPU yet "
+                           "(tests/test_cuda_ops.cpp); results may be wrong\n",
+                   program);
   }
   return d;
 }
@@ -382,7 +383,7 @@ int run_train(TrainOptions o) {
   if (!o.resume.empty()) check_regular_input(o.resume, "--resume");
   if (!o.init.empty()) check_regular_input(o.init, "--init");
   if (o.threads > 0) set_num_threads(o.threads);
-  const Device device = resolve_device(o.device);
+  const Device device = resolve_device(o.device, o.tokens == "word" ? "wordlm" : "charlm");
   // Mixed precision for the whole run, training and evaluation (core/autocast.h).
   const Autocast precision(precision_for(o.precision, device));
   if (!o.save.empty()) {

@@ -74,6 +74,6 @@ void check_output_path(const char* flag, const std::string& path);
 std::string checkpoint_tokens(const tcn::nn::Metadata& meta);
 
 // "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
-tcn::Device resolve_device(const std::string& name);
+tcn::Device resolve_device(const std::string& name, const char* program = "charlm");
 
 }  // namespace charlm

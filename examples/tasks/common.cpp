@@ -14,7 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tcn/core/files.h"
+#include "cli.h"  // examples/charlm: print_error, kSeed, resolve_device, check_output_path
 #include "tcn/cuda/runtime.h"
 #include "tcn/nn/safetensors.h"
 
@@ -34,23 +34,6 @@ constexpr double kMaxClip = 1e6;
 
 std::string range(int64_t lo, int64_t hi) { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; }
 
-// A seed: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
-const CLI::Validator kSeed(
-    [](std::string& v) -> std::string {
-      uint64_t x = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-      if (v.empty() || ec != std::errc() || end != v.data() + v.size())
-        return "must be an integer in [0, 2^64 - 1], got " + v;
-      return "";
-    },
-    "");
-
-// "PROGRAM: error: MESSAGE" as one line, whatever the message holds.
-void print_error(const char* program, std::string msg) {
-  for (char& c : msg)
-    if (c == '\n' || c == '\r') c = ' ';
-  std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
-}
 }  // namespace
 
 void check(const char* flag, int64_t v, int64_t lo, int64_t hi, const char* note) {
@@ -77,7 +60,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
       ->check(CLI::IsMember({"Adam", "RMSprop", "SGD"}));
   app.add_option("--seed", o.seed, "seed of the data, the init and dropout, in [0, 2^64 - 1]")
       ->capture_default_str()
-      ->check(kSeed);
+      ->check(charlm::kSeed);
   app.add_option("--device", o.device, "cpu, cuda[:N] or auto (a GPU once the CUDA kernels are verified on one)")
       ->capture_default_str();
   app.add_option("--max_steps", o.max_steps, "stop after this many steps, in [0, 1e12] (0: no limit)")
@@ -112,21 +95,21 @@ int run_main(const char* program, CLI::App& app, int argc, char** argv, const st
     app.parse(argc, argv);
   } catch (const CLI::ParseError& ex) {
     if (ex.get_exit_code() == 0) return app.exit(ex);  // --help
-    print_error(program, std::string(ex.what()) + " (see --help)");
+    charlm::print_error(program, std::string(ex.what()) + " (see --help)");
     return ex.get_exit_code();
   }
   try {
     const int rc = body();
     errno = 0;
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      print_error(program, std::string("cannot write to standard output") +
+      charlm::print_error(program, std::string("cannot write to standard output") +
                                (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
       return 1;
     }
     return rc;
   } catch (const std::exception& ex) {
     std::fflush(stdout);
-    print_error(program, ex.what());
+    charlm::print_error(program, ex.what());
     return 1;
   }
 }
@@ -155,42 +138,6 @@ std::vector<int64_t> random_ints(int64_t count, int64_t n, Generator& gen) {
 
 // ---- the training loop ----------------------------------------------------------------------------
 namespace {
-
-// "auto" -> CUDA when a GPU is usable and the kernels have been verified on one, else the CPU.
-Device resolve_device(const std::string& name, const char* program) {
-  if (name == "auto") return cuda::is_available() && cuda::verified_on_gpu() ? Device::cuda(0) : Device::cpu();
-  const Device d = parse_device(name);
-  if (d.is_cuda()) {
-    TCN_CHECK(cuda::is_available(), "--device ", name, ": no usable GPU (", cuda::unavailable_reason(), ")");
-    if (cuda::emulated())
-      std::fprintf(stderr, "%s: note: --device %s is the EMULATED device (TCN_CUDA=EMU): it checks the kernels' "
-                           "logic on the CPU, far slower than the CPU backend\n", program, name.c_str());
-    else if (!cuda::verified_on_gpu())
-      std::fprintf(stderr, "%s: warning: the CUDA kernels of this build have not been verified on a GPU yet\n",
-                   program);
-  }
-  return d;
-}
-
-// Throws unless `path` is a regular file we may write, or does not exist yet
-// under a directory we may write in (checked before training, not after it).
-void check_output_path(const char* flag, const std::string& path) {
-  if (path.empty()) return;
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) == 0) {
-    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", file_kind(sb.st_mode),
-              ", not a regular file)");
-    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
-    return;
-  }
-  // The nearest existing ancestor must be a writable directory (the rest is created).
-  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
-  while (::stat(dir.c_str(), &sb) != 0 && dir != dir.parent_path()) dir = dir.parent_path();
-  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ", file_kind(sb.st_mode),
-            ")");
-  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
-            std::strerror(errno), ")");
-}
 
 // event,epoch,step,loss,accuracy,ms_per_step,elapsed_s (accuracy empty for a task without one).
 class MetricsCsv {
@@ -244,11 +191,11 @@ std::pair<double, double> evaluate(const TaskSetup& t, TaskTCN& model, const Dat
 int train(TaskSetup& t) {
   const CommonOptions& o = t.opts;
   const char* prog = t.program;
-  const Device device = resolve_device(o.device, prog);
+  const Device device = charlm::resolve_device(o.device, prog);
   const std::string metrics = o.metrics.empty() ? "runs/" + std::string(prog) + ".csv" : o.metrics;
-  check_output_path("--metrics", metrics);
-  check_output_path("--save_init", o.save_init);
-  check_output_path("--dump_batches", o.dump_batches);
+  charlm::check_output_path("--metrics", metrics);
+  if (!o.save_init.empty()) charlm::check_output_path("--save_init", o.save_init);
+  if (!o.dump_batches.empty()) charlm::check_output_path("--dump_batches", o.dump_batches);
 
   Generator init = init_generator(o.seed), drop = dropout_generator(o.seed);
   TaskTCN model(t.inputs, t.outputs, o, init, drop);
