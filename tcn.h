@@ -28,6 +28,7 @@
 #include "tcn/ops/ops.h"
 
 #include "tcn/nn/checkpoint.h"
+#include "tcn/nn/distributed.h"
 #include "tcn/nn/layers.h"
 #include "tcn/nn/models.h"
 #include "tcn/nn/module.h"

@@ -1,5 +1,7 @@
 #include "tcn/autograd/tape.h"
 
+#include <unordered_set>
+
 #include "tcn/core/autocast.h"
 #include "tcn/core/profile.h"
 #include "tcn/ops/ops.h"
@@ -104,6 +106,11 @@ void clear_tape() {
 
 size_t tape_size() { return tape().nodes.size(); }
 
+void set_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
+  TCN_CHECK(leaf.requires_grad() && leaf.is_leaf(), "set_grad_ready_hook: the tensor must be a leaf that requires grad");
+  leaf.impl().autograd->on_grad_ready = std::move(hook);
+}
+
 void backward(const Tensor& root, const Tensor& grad) {
   TCN_CHECK(root.requires_grad(), "backward: the tensor does not require grad (no input of the "
             "ops that made it requires grad, or it was computed under NoGrad)");
@@ -143,6 +150,19 @@ void backward(const Tensor& root, const Tensor& grad) {
     }
   } guard{tp};
 
+  // Leaves with a grad-ready hook: each fires after the earliest-recorded node
+  // that feeds it, which is the last one the reverse sweep reaches.
+  std::vector<std::vector<AutogradMeta*>> ready_after;
+  {
+    std::unordered_set<AutogradMeta*> seen;
+    for (int64_t i = 0; i <= root_meta.node; ++i)
+      for (Slot& s : tp.nodes[i].inputs)
+        if (s.meta && s.meta->is_leaf && s.meta->on_grad_ready && seen.insert(s.meta.get()).second) {
+          if (ready_after.empty()) ready_after.resize(static_cast<size_t>(root_meta.node) + 1);
+          ready_after[static_cast<size_t>(i)].push_back(s.meta.get());
+        }
+  }
+
   for (int64_t i = root_meta.node; i >= 0; --i) {
     Node& node = tp.nodes[i];
     TensorList grad_out;
@@ -179,6 +199,9 @@ void backward(const Tensor& root, const Tensor& grad) {
                 " returned a ", grad_in[k].dtype(), " gradient for a ", s.options.dtype, " input ", k);
       accumulate(*s.meta, std::move(grad_in[k]));
     }
+    if (!ready_after.empty())
+      for (AutogradMeta* m : ready_after[static_cast<size_t>(i)])
+        if (m->grad.defined()) m->on_grad_ready();
   }
   guard.done = true;
   clear_tape();

@@ -65,6 +65,13 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
 // seeded with 1. Frees the tape.
 void backward(const Tensor& root, const Tensor& grad = Tensor());
 
+// Calls `hook` during every later backward() in which `leaf` gets a gradient,
+// as soon as that gradient is complete: after the last node (in the reverse
+// sweep) that has the leaf as an input. Data-parallel training uses it to
+// start all-reducing a bucket of gradients while backward goes on
+// (nn/distributed.h). An empty hook removes it.
+void set_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
+
 // Drops every recorded node without running backward (e.g. after a forward
 // pass whose result is not differentiated).
 void clear_tape();

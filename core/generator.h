@@ -18,14 +18,24 @@ class Generator {
   void skip(uint64_t counters) { offset_ += counters; }
   // Reserves the counters for `n` random 32-bit values; returns the first counter.
   uint64_t reserve(uint64_t n) {
+    if (world_ > 1) return reserve_shard(n);
     uint64_t start = offset_;
     offset_ += (n + 3) / 4;
     return start;
   }
+  // Data parallelism (nn/distributed.h): from now on each draw of n values is
+  // this process's rows [rank * n, (rank + 1) * n) of a draw `world` times as
+  // large, so `world` processes holding equal slices of a batch (along its
+  // first dimension) draw together exactly what one process holding the whole
+  // batch would. The offset advances by the whole draw on every rank.
+  void set_shard(uint64_t rank, uint64_t world);
+  uint64_t shard_world() const { return world_; }
 
  private:
+  uint64_t reserve_shard(uint64_t n);
   uint64_t seed_;
   uint64_t offset_;
+  uint64_t rank_ = 0, world_ = 1;
 };
 
 // The process-wide default generator, used when an op is not given one.

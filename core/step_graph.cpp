@@ -68,6 +68,8 @@ void StepGraph::after_replay(std::function<void()> f) { after_.push_back(std::mo
 
 StepGraph::Philox StepGraph::philox(Generator& gen, uint64_t n) {
   TCN_CHECK(tl_capturing == this, "StepGraph::philox: only while this step is being captured");
+  TCN_CHECK(gen.shard_world() == 1, "StepGraph: a dropout generator shared across processes (Generator::set_shard) "
+            "cannot be captured yet; run the step eagerly");
   auto& es = draws_->entries;
   size_t k = 0;
   while (k < es.size() && es[k].gen != &gen) ++k;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -125,6 +126,10 @@ struct AutogradMeta {
   bool is_leaf = true;
   int64_t node = -1;        // index of the producing node on the tape (non-leaf only)
   uint64_t tape_epoch = 0;  // which recording of the tape that node belongs to
+  // Leaf only, optional: called during backward() as soon as this leaf's
+  // gradient for the sweep is complete (after the last node that feeds it),
+  // e.g. to start reducing it across processes (nn/distributed.h).
+  std::function<void()> on_grad_ready;
 };
 
 // ---- factories ------------------------------------------------------------

@@ -7,7 +7,13 @@
 //       run the model (eval mode) on the int64 tensor "tokens" [B, T], write {"logits"}
 //   tcn_ckpt info CKPT.safetensors
 //       print the model kind, config, vocabulary size and parameter count
+//   tcn_ckpt compare A.safetensors B.safetensors RTOL
+//       the same tensor names in both, and for each max|a - b| / max|b|;
+//       exit 1 when any exceeds RTOL (tests/cli_mpi.sh: data-parallel vs one process)
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tcn/nn/models.h"
@@ -18,7 +24,8 @@ static int usage() {
   std::fprintf(stderr,
                "usage: tcn_ckpt roundtrip IN OUT\n"
                "       tcn_ckpt forward CKPT TOKENS OUT\n"
-               "       tcn_ckpt info CKPT\n");
+               "       tcn_ckpt info CKPT\n"
+               "       tcn_ckpt compare A B RTOL\n");
   return 2;
 }
 
@@ -40,6 +47,28 @@ int main(int argc, char** argv) {
       std::printf("model %s\nconfig %s\nvocabulary %zu characters\nparameters %lld\n", m.model->kind().c_str(),
                   m.model->config_json().dump().c_str(), m.vocab.size(),
                   static_cast<long long>(m.model->num_parameters()));
+    } else if (cmd == "compare" && argc == 5) {
+      const nn::SafetensorsContents a = nn::load_safetensors(argv[2]), b = nn::load_safetensors(argv[3]);
+      const double rtol = std::strtod(argv[4], nullptr);
+      TCN_CHECK(a.tensors.size() == b.tensors.size(), argv[2], " holds ", a.tensors.size(), " tensors, ", argv[3], " ",
+                b.tensors.size());
+      double worst = 0;
+      std::string worst_name;
+      for (const auto& [name, ta] : a.tensors) {
+        const Tensor& tb = b.at(name);
+        TCN_CHECK(ta.shape() == tb.shape(), name, ": shapes ", ta.shape(), " and ", tb.shape());
+        const std::vector<double> va = ta.to(DType::F64).to_vector<double>(), vb = tb.to(DType::F64).to_vector<double>();
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < va.size(); ++i) {
+          diff = std::max(diff, std::abs(va[i] - vb[i]));
+          scale = std::max(scale, std::abs(vb[i]));
+        }
+        const double rel = scale > 0 ? diff / scale : diff;
+        if (rel >= worst) worst = rel, worst_name = name;
+      }
+      std::printf("%zu tensors; largest relative difference %.3g (%s); tolerance %.3g: %s\n", a.tensors.size(), worst,
+                  worst_name.c_str(), rtol, worst <= rtol ? "PASS" : "FAIL");
+      return worst <= rtol ? 0 : 1;
     } else {
       return usage();
     }

@@ -21,13 +21,19 @@
 #include "bench.h"
 #include "flags.h"
 #include "generate.h"
+#include "tcn/nn/distributed.h"
 
 namespace charlm {
 
 void print_error(const char* program, std::string msg) {
   for (char& c : msg)
     if (c == '\n' || c == '\r') c = ' ';
-  std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
+  // Across processes, say which one (the Comm exists only once a run made it).
+  const tcn::dist::Comm* comm = tcn::dist::Comm::existing();
+  if (comm && comm->size() > 1)
+    std::fprintf(stderr, "%s: error: [rank %d of %d] %s\n", program, comm->rank(), comm->size(), msg.c_str());
+  else
+    std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
 }
 
 // A seed: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
@@ -187,6 +193,9 @@ int run_cli(int argc, char** argv, const Program& program) {
   } catch (const std::exception& ex) {
     std::fflush(stdout);
     print_error(program.name, ex.what());
+    // In a data-parallel run the other ranks would wait for this one forever:
+    // end them all (Comm::abort returns only when there are no others).
+    if (tcn::dist::Comm* comm = tcn::dist::Comm::existing()) comm->abort(1);
     return 1;
   }
 }

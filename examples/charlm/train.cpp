@@ -21,6 +21,7 @@
 #include "tcn/cuda/runtime.h"
 #include "data.h"
 #include "flags.h"
+#include "tcn/nn/distributed.h"
 #include "tcn/nn/optim.h"
 #include "tcn/nn/profiler.h"
 #include "tcn/ops/cpu_blas.h"
@@ -63,10 +64,12 @@ double evaluate(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_
   model.eval();
   autograd::NoGrad ng;
   const int64_t hist = seq_len - validseqlen;
+  dist::Comm& comm = dist::Comm::world();
   double total = 0;
   int64_t count = 0, n = 0;
   for (const Window& w : windows(source.size(1), seq_len, validseqlen)) {
-    if (max_batches > 0 && n++ >= max_batches) break;
+    if (max_batches > 0 && n >= max_batches) break;
+    if (n++ % comm.size() != comm.rank()) continue;  // another rank's window
     auto [inp, tgt] = get_batch(source.to(Device::cpu()), w);
     Device dev = model.parameters()[0].device();
     const int64_t scored = w.len - hist;
@@ -74,6 +77,10 @@ double evaluate(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_
     double l = cross_entropy(logits, tgt.to(dev).narrow(1, hist, scored)).item();
     total += l * static_cast<double>(scored * inp.size(0));
     count += scored * inp.size(0);
+  }
+  if (comm.size() > 1) {
+    total = comm.all_reduce_sum(total);
+    count = static_cast<int64_t>(comm.all_reduce_sum(static_cast<double>(count)));
   }
   TCN_CHECK(count > 0, "evaluate: no window to score (source of ", source.size(1), " tokens per stream)");
   return total / static_cast<double>(count);
@@ -370,8 +377,13 @@ void check_resume_metadata(const TrainOptions& o, const nn::Metadata& meta, size
 
 int run_train(TrainOptions o) {
   // Console output of this run (nothing with --quiet); errors still throw.
-  auto say = [&o](const char* fmt, auto... args) {
-    if (o.quiet) return;
+  // Data parallelism: this process is one rank of comm (nn/distributed.h); rank 0
+  // prints, writes the metrics and saves checkpoints, every rank trains.
+  dist::Comm& comm = dist::Comm::world();
+  const int world = comm.size(), rank = comm.rank();
+  const bool writer = rank == 0;
+  auto say = [&o, writer](const char* fmt, auto... args) {
+    if (o.quiet || !writer) return;
     std::printf(fmt, args...);
     std::fflush(stdout);
   };
@@ -383,10 +395,19 @@ int run_train(TrainOptions o) {
   if (!o.resume.empty()) check_regular_input(o.resume, "--resume");
   if (!o.init.empty()) check_regular_input(o.init, "--init");
   if (o.threads > 0) set_num_threads(o.threads);
+  if (world > 1) {
+    TCN_CHECK(o.batch_size % world == 0, "--batch_size ", o.batch_size, " must be a multiple of the ", world,
+              " processes (each trains on an equal share of the streams)");
+    // One GPU per rank: plain "cuda" means this rank's local GPU.
+    if (o.device == "cuda") o.device = "cuda:" + std::to_string(comm.local_rank());
+    if (o.device.starts_with("cuda") && o.cuda_graph == "auto") o.cuda_graph = "off";
+    TCN_CHECK(!(o.device.starts_with("cuda") && o.cuda_graph == "on"), "--cuda_graph on: a data-parallel step "
+              "is not captured yet (its all-reduce runs between backward and the optimizer); use auto or off");
+  }
   const Device device = resolve_device(o.device, o.tokens == "word" ? "wordlm" : "charlm");
   // Mixed precision for the whole run, training and evaluation (core/autocast.h).
   const Autocast precision(precision_for(o.precision, device));
-  if (!o.save.empty()) {
+  if (!o.save.empty() && writer) {
     for (const std::string& p : {o.save, last_path(o.save)}) {
       check_output_path("--save", p);
       try {
@@ -401,6 +422,8 @@ int run_train(TrainOptions o) {
   }
   if (o.metrics.empty()) o.metrics = "runs/" + std::string(o.tokens == "word" ? "word_" : "") + o.model + ".csv";
   check_output_path("--metrics", o.metrics);
+  const std::string metrics_path = o.metrics;
+  if (!writer) o.metrics.clear();  // MetricsLog writes nothing for an empty path
   if (!o.trace.empty()) check_output_path("--trace", o.trace);
 
   const Tokens kind = parse_tokens(o.tokens);
@@ -485,13 +508,20 @@ int run_train(TrainOptions o) {
   // After a SIGINT / SIGTERM: the latest state to *.last.safetensors (as
   // --save_every writes it; save_now false: it was just written at an epoch
   // end), one line, exit 128 + signal.
+  // Whether to stop for a signal. Across processes all ranks decide together
+  // (a signal may reach them at different steps), so they stop at one step.
+  auto signalled = [&] {
+    const bool here = StopSignals::received() != 0;
+    return world > 1 ? comm.all_reduce_sum(here ? 1.0 : 0.0) > 0 : here;
+  };
   auto interrupted = [&](bool save_now) {
-    const int sig = StopSignals::received();
+    const int sig = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     std::fflush(stdout);
     log.close();
+    if (!writer) return 128 + sig;
     if (!o.save.empty()) {
-      if (save_now) save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
+      if (save_now && writer) save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
       std::fprintf(stderr, "charlm: interrupted at step %lld; checkpoint saved to %s\n",
                    static_cast<long long>(st.step), last_path(o.save).c_str());
     } else {
@@ -514,7 +544,21 @@ int run_train(TrainOptions o) {
 
   // The training split on the training device once, so a batch is a slice
   // of it there: no upload, no host wait per step.
-  const Tensor train_src = train.to(device);
+  // Data-parallel: this rank's equal share of the streams, rows
+  // [rank * B/N, (rank + 1) * B/N) of the global batch; dropout draws its
+  // slice of the whole batch's masks, so N ranks draw what one process would
+  // (Generator::set_shard), and the gradients are averaged after backward.
+  const int64_t local_batch = o.batch_size / world;
+  const Tensor train_src = (world > 1 ? train.narrow(0, rank * local_batch, local_batch) : train).to(device);
+  std::unique_ptr<dist::GradReducer> reducer;
+  if (comm.launched()) {
+    model->dropout_generator().set_shard(static_cast<uint64_t>(rank), static_cast<uint64_t>(world));
+    reducer = std::make_unique<dist::GradReducer>(comm, model->parameters());
+    say("data-parallel: %d processes (%s), %lld of the %lld streams each, gradients all-reduced in %lld buckets "
+        "(%s)\n", world, comm.launcher().c_str(), static_cast<long long>(local_batch),
+        static_cast<long long>(o.batch_size), static_cast<long long>(reducer->num_buckets()),
+        device.is_cuda() ? (dist::built_with_nccl() ? "NCCL" : "MPI through host memory") : "MPI");
+  }
   // The losses are watched on the device (nn::LossWatch): a step never waits
   // to read its loss; the first non-finite one gates off every later update,
   // so the parameters stay as they were before it. settle() reads the watch
@@ -582,7 +626,7 @@ int run_train(TrainOptions o) {
       if (!unread.empty()) interval_loss += settle().loss_sum;
     };
     for (int64_t bi = st.next_batch; bi < static_cast<int64_t>(wins.size()); ++bi) {
-      if (StopSignals::received()) {
+      if (signalled()) {
         settle();  // a bad step pending: its error, not a save
         return interrupted(true);
       }
@@ -612,6 +656,14 @@ int run_train(TrainOptions o) {
           Tensor logits = model->forward(inp, scored);  // the last `scored` positions only
           Tensor loss = cross_entropy(logits, tgt.narrow(1, hist, scored));
           loss.backward();
+          if (reducer) {
+            reducer->finish();  // every rank now holds the gradient of the whole batch
+            // The whole batch's loss (the mean of the ranks' equal shares), so
+            // every rank watches the same value and stops at the same bad step.
+            loss = clone(loss.detach());
+            comm.all_reduce_sum(loss);
+            mul_(loss, 1.0 / world);
+          }
           if (o.clip > 0) nn::clip_grad_norm_(model->parameters(), o.clip);  // no host read of the norm
           watch.add(loss, st.step + 1);
           opt->step(watch.ok());  // a no-op from the first non-finite loss on, decided on the device
@@ -634,7 +686,7 @@ int run_train(TrainOptions o) {
       st.next_batch = bi + 1;
       unread.emplace_back(st.epoch, bi + 1);
       interval_steps++;
-      interval_chars += scored * train_src.size(0);
+      interval_chars += scored * train_src.size(0) * world;  // the whole batch's, over all ranks
       if (o.debug_sync) {
         last_loss = settle().loss_sum;  // this step's loss alone
         interval_loss += last_loss;
@@ -673,12 +725,12 @@ int run_train(TrainOptions o) {
       }
       if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0) {
         drain();  // never save past a bad step
-        save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
+        if (writer) save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, st, model->dropout_generator(), o);
       }
     }
     settle();  // the epoch's (or run's) last steps: a bad one stops here, before evaluation and saves
     if (prof) report_profile([] {});  // before the evaluation and saves, which are not steps
-    if (StopSignals::received()) return interrupted(true);
+    if (signalled()) return interrupted(true);
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     const bool full_epoch = !stop;
     double vloss = end_of_run_eval(st.epoch, full_epoch);
@@ -705,7 +757,7 @@ int run_train(TrainOptions o) {
     if (improved) st.best_vloss = vloss;
     TrainState saved = st;
     if (full_epoch) saved.epoch = st.epoch + 1;
-    if (!o.save.empty()) {
+    if (!o.save.empty() && writer) {
       save_checkpoint(last_path(o.save), *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
       if (improved) {
         save_checkpoint(o.save, *model, corpus.vocab, *opt, saved, model->dropout_generator(), o);
@@ -715,12 +767,12 @@ int run_train(TrainOptions o) {
     }
     if (stop || (o.max_steps > 0 && st.step >= o.max_steps)) break;  // no empty extra epoch at the limit
   }
-  if (StopSignals::received()) return interrupted(false);  // during the last epoch end's evaluation or save
+  if (signalled()) return interrupted(false);  // during the last epoch end's evaluation or save
   if (profile_steps > 0)
     say("--profile: the run ended before the profiled steps (they follow 2 warm-up steps); nothing profiled\n");
   log.close();
   say("done: %lld steps in %.1f s; metrics in %s\n", static_cast<long long>(st.step), elapsed(),
-              o.metrics.c_str());
+              metrics_path.c_str());
   return 0;
 }
 

@@ -56,6 +56,8 @@ int run_eval(const EvalOptions& opts);
 
 // Mean loss (nats per token) of the model over a [B, L] source, scoring the
 // last validseqlen positions of each window; at most max_batches windows (0: all).
+// In a data-parallel run (nn/distributed.h) each rank scores every size()-th
+// window and the sums are reduced, so every rank returns the same mean.
 double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_len, int64_t validseqlen,
                 int64_t max_batches = 0);
 
