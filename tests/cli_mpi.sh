@@ -7,12 +7,16 @@
 #     uninterrupted 1-process run does (checkpoints do not depend on N);
 #  3. a batch that does not split is an error; a diverging run stops every
 #     rank at the same step with the error; a rank killed by a signal brings
-#     the job down instead of leaving the other waiting.
-# Usage: cli_mpi.sh MPIRUN CHARLM TCN_CKPT
+#     the job down instead of leaving the other waiting;
+#  4. with EMU=ON (the emulated-device build), the same as 1. for the TCN on
+#     CUDA tensors (both ranks on the one emulated device; no NCCL there, so
+#     the gradients go through host memory and MPI).
+# Usage: cli_mpi.sh MPIRUN CHARLM TCN_CKPT [EMU]
 set -euo pipefail
 mpirun=$1
 charlm=$2
 ckpt=$3
+emu=${4:-OFF}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 bash "$(dirname "$0")/synthetic_corpus.sh" "$dir" 20000 3000
@@ -85,4 +89,17 @@ fi
 rc=0; wait "$job" || rc=$?
 [ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
 echo "a rank killed with SIGKILL: the job ended with status $rc"
+
+if [ "$emu" = ON ]; then
+  flags=(train --data "$dir" --device cuda:0 --batch_size 8 --seq_len 40 --validseqlen 32 --emsize 16 --nhid 24
+         --levels 2 --dropout 0.2 --max_steps 5 --log-interval 1 --eval_batches 2 --threads 1)
+  "$charlm" "${flags[@]}" --metrics "$dir/c.1.csv" --save "$dir/c.1.safetensors" > /dev/null 2>&1
+  "${mpi[@]}" -np 2 "$charlm" "${flags[@]}" --metrics "$dir/c.2.csv" --save "$dir/c.2.safetensors" \
+    > "$dir/c.2.out" 2>&1 || { cat "$dir/c.2.out"; fail "emulated CUDA: mpirun -np 2 failed"; }
+  grep -q "MPI through host memory" "$dir/c.2.out" || { cat "$dir/c.2.out"; fail "emulated CUDA: not data-parallel"; }
+  echo -n "tcn on the EMULATED CUDA device, 2 processes vs 1: "
+  compare_losses "$dir/c.2.csv" "$dir/c.1.csv" || fail "emulated CUDA: losses differ"
+  echo -n "tcn on the EMULATED CUDA device, final parameters: "
+  "$ckpt" compare "$dir/c.2.safetensors" "$dir/c.1.safetensors" 1e-5 || fail "emulated CUDA: parameters differ"
+fi
 echo "cli_mpi: data-parallel training passed"
