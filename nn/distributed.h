@@ -57,7 +57,8 @@ class Comm {
   const std::string& launcher() const { return launcher_; }
 
   // Sums over all ranks, blocking. t is contiguous float32 or float64, on the
-  // CPU (MPI) or a CUDA device (NCCL); every rank passes the same shape.
+  // CPU (MPI) or a CUDA device (NCCL; also with one process, not launched, where
+  // the sum is t itself); every rank passes the same shape.
   void all_reduce_sum(const Tensor& t);
   double all_reduce_sum(double v);
   // The value of rank 0 on every rank.

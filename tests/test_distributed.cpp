@@ -6,6 +6,7 @@
 
 #include "helpers.h"
 #include "tcn/autograd/tape.h"
+#include "tcn/cuda/runtime.h"
 #include "tcn/nn/distributed.h"
 
 using namespace tcn;
@@ -105,3 +106,29 @@ TEST_CASE("GradReducer in a one-process run leaves the gradients as backward mad
     for (const Tensor& p : params) p.zero_grad();
   }
 }
+
+TEST_SUITE("cuda") {
+// On a GPU in a build with NCCL: the reducer's all-reduces go through a
+// one-rank NCCL communicator, whose sum must leave every gradient as it was
+// (the device check's test of the NCCL path). Elsewhere reported skipped.
+TEST_CASE("GradReducer over NCCL with one rank: CUDA gradients unchanged" *
+          doctest::skip(!cuda::is_available() || cuda::emulated() || !dist::built_with_nccl())) {
+  dist::Comm& comm = dist::Comm::world();
+  REQUIRE(comm.size() == 1);
+  const Device gpu = Device::cuda(0);
+  std::vector<Tensor> params, want;
+  for (int64_t n : {100000, 3, 700000}) {
+    Tensor p = rand_tensor({n}, static_cast<uint64_t>(n), false, -1.0, 1.0, DType::F32).to(gpu).requires_grad_();
+    params.push_back(p);
+  }
+  dist::GradReducer reducer(comm, params, size_t{1} << 20);
+  Tensor loss = zeros({}, {DType::F32, gpu});
+  for (const Tensor& p : params) loss = add(loss, sum(mul(p, p)));
+  loss.backward();
+  for (const Tensor& p : params) want.push_back(p.grad().to(Device::cpu()));
+  reducer.finish();
+  for (size_t k = 0; k < params.size(); ++k)
+    CHECK(params[k].grad().to(Device::cpu()).to_vector<float>() == want[k].to_vector<float>());
+  CHECK(reducer.last().buckets == reducer.num_buckets());
+}
+}  // TEST_SUITE("cuda")
