@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "helpers.h"
+#include "tcn/nn/module.h"
 
 namespace tcn::test {
 
@@ -56,6 +57,27 @@ inline void compare(const std::function<Tensor(const TensorList&)>& f, const Ten
     REQUIRE(gpu[i].grad().defined());
     CHECK(gpu[i].grad().device() == Device::cuda(0));
     CHECK_CLOSE(gpu[i].grad().to(Device::cpu()), cpu[i].grad(), atol, rtol);
+  }
+}
+
+// CUDA tensors (parameters, gradients), each compared with its CPU counterpart.
+inline void check_params_close(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu, double atol,
+                               double rtol, const char* what) {
+  REQUIRE(gpu.size() == cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    INFO(what, " ", i, " ", cpu[i].shape());
+    REQUIRE(gpu[i].device().is_cuda());
+    CHECK_CLOSE(gpu[i].to(Device::cpu()), cpu[i], atol, rtol);
+  }
+}
+
+// Two optimizers' state() (CUDA and CPU): the same names in the same order, close values.
+inline void check_state_close(const nn::NamedTensors& gpu, const nn::NamedTensors& cpu, double atol, double rtol) {
+  REQUIRE(gpu.size() == cpu.size());
+  for (size_t k = 0; k < cpu.size(); ++k) {
+    INFO("state ", cpu[k].first);
+    CHECK(gpu[k].first == cpu[k].first);
+    CHECK_CLOSE(gpu[k].second.to(Device::cpu()), cpu[k].second, atol, rtol);
   }
 }
 

@@ -17,6 +17,8 @@
 #include "train.h"
 
 using namespace tcn;
+using tcn::test::check_params_close;
+using tcn::test::check_state_close;
 using tcn::test::rand_tensor;
 using tcn::test::TempDir;
 
@@ -24,16 +26,6 @@ namespace {
 
 const Device kCuda = Device::cuda(0);
 
-// The parameters of a module, each compared with its counterpart.
-void check_params_close(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu, double atol, double rtol,
-                        const char* what) {
-  REQUIRE(gpu.size() == cpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    INFO(what, " ", i, " ", cpu[i].shape());
-    REQUIRE(gpu[i].device() == kCuda);
-    CHECK_CLOSE(gpu[i].to(Device::cpu()), cpu[i], atol, rtol);
-  }
-}
 
 std::vector<Tensor> grads(const std::vector<Tensor>& params) {
   std::vector<Tensor> g;
@@ -189,13 +181,7 @@ TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, 
         }
         CHECK(std::abs(norms[1] - norms[0]) <= rtol * std::abs(norms[0]));
         check_params_close(pg, pc, atol, rtol, "parameter");
-        auto sc = oc->state(), sg = og->state();
-        REQUIRE(sc.size() == sg.size());
-        for (size_t k = 0; k < sc.size(); ++k) {
-          INFO("state ", sc[k].first);
-          CHECK(sg[k].first == sc[k].first);
-          CHECK_CLOSE(sg[k].second.to(Device::cpu()), sc[k].second, atol, rtol);
-        }
+        check_state_close(og->state(), oc->state(), atol, rtol);
       }
     }
   }

@@ -6,10 +6,13 @@
 #include <functional>
 #include <memory>
 
+#include "cuda_compare.h"
 #include "helpers.h"
 #include "tcn/nn/optim.h"
 
 using namespace tcn;
+using tcn::test::check_params_close;
+using tcn::test::check_state_close;
 using tcn::test::rand_tensor;
 
 namespace {
@@ -164,18 +167,8 @@ TEST_CASE("CUDA vs CPU: RMSprop (with weight decay, clipped), step by step, gate
             opt.step();
           }
         }
-        for (size_t i = 0; i < pc.size(); ++i) {
-          INFO("parameter ", i);
-          REQUIRE(pg[i].device() == kCuda);
-          CHECK_CLOSE(pg[i].detach().to(Device::cpu()), pc[i].detach(), atol, rtol);
-        }
-        const nn::NamedTensors sc = oc.state(), sg = og.state();
-        REQUIRE(sc.size() == sg.size());
-        for (size_t k = 0; k < sc.size(); ++k) {
-          INFO("state ", sc[k].first);
-          CHECK(sg[k].first == sc[k].first);
-          CHECK_CLOSE(sg[k].second.to(Device::cpu()), sc[k].second, atol, rtol);
-        }
+        check_params_close(pg, pc, atol, rtol, "parameter");
+        check_state_close(og.state(), oc.state(), atol, rtol);
       }
     }
   }
