@@ -15,6 +15,7 @@
 #include <mpi.h>
 #endif
 #if TCN_WITH_NCCL
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include "tcn/cuda/context.cuh"
@@ -57,10 +58,40 @@ void finalize_at_exit() {
 #endif
 
 #if TCN_WITH_NCCL
-#define NCCL_CHECK(call)                                                                                         \
-  do {                                                                                                           \
-    const ncclResult_t r_ = (call);                                                                              \
-    TCN_CHECK(r_ == ncclSuccess, #call, " failed: ", ncclGetErrorString(r_), " (", __FILE__, ":", __LINE__, ")"); \
+// NCCL is compiled against (nccl.h: the types and signatures) and loaded at its
+// first use, not at program start: libnccl.so.2 is large (200+ MB) and only a
+// multi-GPU run needs it, so every other program (and the device bundle) runs
+// without it. A missing library is an error naming it when a run needs it.
+struct NcclApi {
+  decltype(&ncclGetUniqueId) get_unique_id;
+  decltype(&ncclCommInitRank) comm_init_rank;
+  decltype(&ncclAllReduce) all_reduce;
+  decltype(&ncclGetErrorString) error_string;
+};
+
+const NcclApi& nccl() {
+  static const NcclApi api = [] {
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    TCN_CHECK(lib != nullptr, "NCCL: cannot load libnccl.so.2 (", dlerror(),
+              "); install NCCL or put its folder on LD_LIBRARY_PATH");
+    auto sym = [lib](const char* name) {
+      void* f = dlsym(lib, name);
+      TCN_CHECK(f != nullptr, "NCCL: libnccl.so.2 has no ", name);
+      return f;
+    };
+    return NcclApi{reinterpret_cast<decltype(&ncclGetUniqueId)>(sym("ncclGetUniqueId")),
+                   reinterpret_cast<decltype(&ncclCommInitRank)>(sym("ncclCommInitRank")),
+                   reinterpret_cast<decltype(&ncclAllReduce)>(sym("ncclAllReduce")),
+                   reinterpret_cast<decltype(&ncclGetErrorString)>(sym("ncclGetErrorString"))};
+  }();
+  return api;
+}
+
+#define NCCL_CHECK(call)                                                                                 \
+  do {                                                                                                   \
+    const ncclResult_t r_ = (call);                                                                      \
+    TCN_CHECK(r_ == ncclSuccess, #call, " failed: ", nccl().error_string(r_), " (", __FILE__, ":", __LINE__, \
+              ")");                                                                                      \
   } while (0)
 
 // One NCCL communicator per process (one GPU per rank), made on first use:
@@ -74,12 +105,12 @@ ncclComm_t nccl_comm(const Comm& comm, int device) {
     return c;
   }
   ncclUniqueId id;
-  if (comm.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  if (comm.rank() == 0) NCCL_CHECK(nccl().get_unique_id(&id));
 #if TCN_WITH_MPI
   if (comm.size() > 1) MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
 #endif
   CUDA_CHECK(cudaSetDevice(device));
-  NCCL_CHECK(ncclCommInitRank(&c, comm.size(), id, comm.rank()));
+  NCCL_CHECK(nccl().comm_init_rank(&c, comm.size(), id, comm.rank()));
   c_device = device;
   return c;
 }
@@ -144,7 +175,7 @@ std::shared_ptr<Comm::Request> Comm::start_all_reduce_sum(const Tensor& t) {
     TCN_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, "all_reduce: float32 or float64 tensors only, got ",
               t.dtype());
     // Queued on the device's stream after the kernels that made t, before those that read it.
-    NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
+    NCCL_CHECK(nccl().all_reduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
                              t.dtype() == DType::F32 ? ncclFloat : ncclDouble, ncclSum,
                              nccl_comm(*this, t.device().index), cuda::stream(t.device().index)));
     r->done = true;

@@ -164,7 +164,7 @@ first_with() {  # first_with LIB...: the first candidate folder holding every LI
     if (( ok )); then echo "$d"; return; fi
   done
 }
-for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libcuda.so.1; do
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libcuda.so.1 libnccl.so.2; do
   hits=()
   for d in "${CAND[@]}"; do [ -e "$d/$lib" ] && hits+=("$d"); done
   say "   $lib: ${hits[*]:-NOT FOUND}"
@@ -174,7 +174,11 @@ CUDART_DIR=$(first_with libcudart.so.13 libcublas.so.13 libcublasLt.so.13)
 [ -n "$CUDART_DIR" ] || CUDART_DIR=$(first_with libcudart.so.13)
 LIBCUDA_DIR=""
 if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then LIBCUDA_DIR=$(first_with libcuda.so.1); fi
-INFO+=("- CUDA libraries: cudart ${CUDART_DIR:-NOT FOUND}, cublas/cublasLt ${CUBLAS_DIR:-NOT FOUND}, libcuda ${LIBCUDA_DIR:-from ldconfig}")
+# NCCL is loaded by tcn when first used (the one-rank NCCL test of the cuda suite):
+# the system's, else PyTorch's nvidia-nccl wheel.
+NCCL_DIR=""
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then NCCL_DIR=$(first_with libnccl.so.2); fi
+INFO+=("- CUDA libraries: cudart ${CUDART_DIR:-NOT FOUND}, cublas/cublasLt ${CUBLAS_DIR:-NOT FOUND}, libcuda ${LIBCUDA_DIR:-from ldconfig}, libnccl ${NCCL_DIR:-from ldconfig or NOT FOUND}")
 
 TORCH="no python3"
 if [ -n "$PY" ]; then
@@ -218,7 +222,7 @@ else
 fi
 
 LDP=$B
-for d in "$CUDART_DIR" "$CUBLAS_DIR" "$LIBCUDA_DIR"; do
+for d in "$CUDART_DIR" "$CUBLAS_DIR" "$LIBCUDA_DIR" "$NCCL_DIR"; do
   [ -n "$d" ] && [[ ":$LDP:" != *":$d:"* ]] && LDP=$LDP:$d
 done
 [ -n "$ORIG_LD" ] && LDP=$LDP:$ORIG_LD
