@@ -4,7 +4,8 @@
 #     the same losses as one process with the same global batch, and ends with
 #     the same parameters and train state, within 1e-5 relative;
 #  2. a run resumed with 2 processes from a 1-process checkpoint ends where an
-#     uninterrupted 1-process run does (checkpoints do not depend on N);
+#     uninterrupted 1-process run does (checkpoints do not depend on N), and
+#     `eval` under mpirun prints one result, the one-process one;
 #  3. a batch that does not split is an error; a diverging run stops every
 #     rank at the same step with the error; a rank killed by a signal brings
 #     the job down instead of leaving the other waiting;
@@ -50,6 +51,16 @@ for model in tcn lstm; do
   [ "$(train_state "$dir/$model.2.safetensors")" = "$(train_state "$dir/$model.1.safetensors")" ] ||
     fail "$model: train state differs: $(train_state "$dir/$model.2.safetensors") vs $(train_state "$dir/$model.1.safetensors")"
 done
+
+# eval under mpirun: the windows shared out, the sums reduced, one line from rank 0.
+one=$("$charlm" eval --checkpoint "$dir/tcn.1.safetensors" --data "$dir" --device cpu --split valid --seq_len 40 \
+      --validseqlen 32 --batch_size 2)
+two=$("${mpi[@]}" -np 2 "$charlm" eval --checkpoint "$dir/tcn.1.safetensors" --data "$dir" --device cpu --split valid \
+      --seq_len 40 --validseqlen 32 --batch_size 2 2>&1) || { echo "$two"; fail "eval under mpirun failed"; }
+[ "$(echo "$two" | grep -c "valid: loss")" -eq 1 ] || { echo "$two"; fail "eval under mpirun: not one result line"; }
+[ "$(echo "$one" | grep -o 'loss [0-9.]*')" = "$(echo "$two" | grep -o 'loss [0-9.]*')" ] ||
+  fail "eval: one process says '$one', two say '$two'"
+echo "eval, 2 processes vs 1: $(echo "$two" | grep -o 'loss [0-9.]*') both"
 
 # Resume with another number of processes: 3 steps alone, then 2 more with 2 ranks.
 flags=(train --data "$dir" --device cpu --seq_len 40 --validseqlen 32 --emsize 16 --nhid 24 --levels 2

@@ -797,10 +797,11 @@ int run_eval(const EvalOptions& o) {
   Tensor source = batchify(vocab.encode(text, file), o.batch_size, o.seq_len, file);
   m.model->to(device);
   auto t0 = Clock::now();
-  double loss = evaluate(*m.model, source, o.seq_len, o.validseqlen, o.max_batches);
-  std::printf("%s %s: loss %.4f | %s %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss,
-              score_name(vocab.kind), score(vocab.kind, loss),
-              std::chrono::duration<double>(Clock::now() - t0).count());
+  double loss = evaluate(*m.model, source, o.seq_len, o.validseqlen, o.max_batches);  // sharded under mpirun
+  if (dist::Comm::world().rank() == 0)
+    std::printf("%s %s: loss %.4f | %s %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss,
+                score_name(vocab.kind), score(vocab.kind, loss),
+                std::chrono::duration<double>(Clock::now() - t0).count());
   return 0;
 }
 
