@@ -1,5 +1,7 @@
 #include "tcn/nn/layers.h"
 
+#include "tcn/core/backends.h"
+
 #include <cmath>
 
 namespace tcn::nn {
@@ -112,14 +114,22 @@ std::pair<Tensor, LSTM::State> LSTM::forward(const Tensor& x, const std::optiona
     TCN_CHECK(state->h.shape() == want && state->c.shape() == want, "LSTM: initial state must be ", want,
               ", got h ", state->h.shape(), " and c ", state->c.shape());
   }
+  // On CUDA float32 tensors, --lstm_impl cudnn runs each layer on cuDNN
+  // (core/backends.h); everything else takes our fused layer.
+  const bool use_cudnn = x.device().is_cuda() && cuda_backends().lstm == LstmImpl::Cudnn;
   Tensor input = x;
   TensorList h_n, c_n;
   for (int64_t k = 0; k < layers; ++k) {
-    // All time steps' input projections in one GEMM: [B, T, 4H].
-    Tensor xp = add(matmul(input, weight_ih[k].t()), add(bias_ih[k], bias_hh[k]));
     Tensor h0 = state ? state->h.narrow(0, k, 1).squeeze(0) : zeros({B, hidden}, x.options());
     Tensor c0 = state ? state->c.narrow(0, k, 1).squeeze(0) : zeros({B, hidden}, x.options());
-    auto [out, h, c] = lstm_layer(xp, weight_hh[k], h0, c0);  // the recurrence, fused
+    Tensor out, h, c;
+    if (use_cudnn) {  // the whole layer, projection included, in cuDNN's RNN calls
+      std::tie(out, h, c) = lstm_layer_cudnn(input, weight_ih[k], weight_hh[k], bias_ih[k], bias_hh[k], h0, c0);
+    } else {
+      // All time steps' input projections in one GEMM: [B, T, 4H].
+      Tensor xp = add(matmul(input, weight_ih[k].t()), add(bias_ih[k], bias_hh[k]));
+      std::tie(out, h, c) = lstm_layer(xp, weight_hh[k], h0, c0);  // the recurrence, fused
+    }
     input = out;
     h_n.push_back(h);
     c_n.push_back(c);

@@ -19,8 +19,27 @@
 // thrown away (2% extra work at the reference sizes, instead of B times more
 // GEMM calls). The result is a strided view of yp: no copy. Backward is the
 // same walk: dxp[j*d : j*d + M] += dyp[0:M] @ w_j, dw_j = xp[j*d : j*d + M]^T @ dyp[0:M].
+//
+// On a GPU the same op can run on cuDNN instead (cuda/cudnn.h; which one:
+// core/backends.h): cuDNN pads symmetrically, so its output has
+// Lout = L + 2*left - (K-1)*d rows per batch and y is again a view of the first
+// L. The two paths sit behind one interface: a forward that returns y and the
+// backward that turns dy into (dx, dw). --conv_impl auto times both on first
+// use of a shape and keeps the faster (conv1d_auto below).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "tcn/core/autocast.h"
+#include "tcn/core/backends.h"
+#include "tcn/core/step_graph.h"
+#include "tcn/cuda/cudnn.h"
 #include "tcn/cuda/kernels.h"
+#include "tcn/cuda/runtime.h"
 #include "tcn/ops/cpu_blas.h"
 #include "tcn/ops/dispatch.h"
 #include "tcn/ops/ops.h"
@@ -109,6 +128,184 @@ Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype) {
   return p;
 }
 
+// What an implementation gives the op: y [B, L, Cout] (x's dtype) and the
+// function that computes (dx, dw) from dy; dx [B, L, Cin] and dw [Cout, Cin, K]
+// are computed only where asked for (need_x, need_w).
+struct ConvOut {
+  Tensor y;
+  std::function<std::pair<Tensor, Tensor>(const Tensor& dy, bool need_x, bool need_w)> backward;
+};
+
+// The GEMM path (above): K accumulating GEMMs per pass over padded rows.
+ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+  // Mixed precision (core/autocast.h): the GEMM operands in bfloat16, the
+  // output, the bias and the gradients in float32. The bf16 copies are also
+  // what backward keeps, at half the memory.
+  const DType op_dtype = bf16 ? DType::BF16 : x.dtype();  // of the GEMM operands
+  Tensor xp = to_padded_rows(x, geo.left, geo.Lp, op_dtype);
+  // [K, Cin, Cout]: each tap a GEMM operand (permuted and converted in one copy).
+  Tensor wt = empty({geo.K, geo.Cin, geo.Cout}, {op_dtype, w.device()});
+  copy_(wt, w.permute({2, 1, 0}));
+  Tensor yp = empty({geo.B, geo.Lp, geo.Cout}, x.options());
+  conv1d_forward_rows(geo, xp, wt, b, yp);
+  const TensorOptions out_opts = x.options();
+  return {yp.narrow(1, 0, geo.L),  // the valid rows of each batch; a view
+          [geo, xp, wt, bf16, out_opts](const Tensor& dy, bool need_x, bool need_w) {
+            Tensor dyp = to_padded_rows(dy, 0, geo.Lp, bf16 ? DType::BF16 : dy.dtype());
+            // Tap 0 writes rows [0, M) with beta = 0, so only the tail needs zeros.
+            Tensor dxp;
+            if (need_x) {
+              dxp = empty(xp.shape(), out_opts);
+              zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
+            }
+            Tensor dwt = need_w ? empty(wt.shape(), out_opts) : Tensor();
+            conv1d_backward_rows(geo, xp, wt, dyp, dxp, dwt);
+            return std::pair{need_x ? dxp.narrow(1, geo.left, geo.L) : Tensor(),
+                             need_w ? dwt.permute({2, 1, 0}).contiguous() : Tensor()};
+          }};
+}
+
+// The cuDNN path: x and w converted once to the operand dtype (w to cuDNN's
+// [Cout, K, Cin]); y is cuDNN's output on top of the broadcast bias (float32),
+// or converted from bfloat16 with the bias added (mixed precision).
+ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+  const DType op_dtype = bf16 ? DType::BF16 : x.dtype();
+  const int64_t pad = geo.left, Lout = geo.L + 2 * geo.left - (geo.K - 1) * geo.d;
+  Tensor xc = x.to(op_dtype).contiguous();
+  Tensor wk = empty({geo.Cout, geo.K, geo.Cin}, {op_dtype, w.device()});
+  copy_(wk, w.permute({0, 2, 1}));
+  Tensor y;
+  if (!bf16) {
+    y = empty({geo.B, Lout, geo.Cout}, x.options());
+    if (b.defined()) copy_(y, b);  // broadcast over the rows; cuDNN adds onto it (beta 1)
+    TCN_CUDA_OP("conv1d", cuda::cudnn_conv_forward(y, xc, wk, pad, geo.d, b.defined() ? 1.0 : 0.0));
+  } else {
+    Tensor yb = empty({geo.B, Lout, geo.Cout}, {op_dtype, x.device()});
+    TCN_CUDA_OP("conv1d", cuda::cudnn_conv_forward(yb, xc, wk, pad, geo.d, 0.0));
+    y = yb.to(x.dtype());
+    if (b.defined()) add_(y, b);
+  }
+  const DType out_dtype = x.dtype();
+  return {y.narrow(1, 0, geo.L), [geo, xc, wk, pad, Lout, op_dtype, out_dtype](const Tensor& dy, bool need_x, bool need_w) {
+            Tensor dyp = to_padded_rows(dy, 0, Lout, op_dtype);  // zeros in the rows past L
+            Tensor dx, dw;
+            if (need_x) {
+              dx = empty(xc.shape(), xc.options());
+              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_data(dx, dyp, wk, pad, geo.d));
+              dx = dx.to(out_dtype);
+            }
+            if (need_w) {
+              Tensor dwk = empty(wk.shape(), wk.options());
+              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_filter(dwk, xc, dyp, pad, geo.d));
+              dw = empty({geo.Cout, geo.Cin, geo.K}, {out_dtype, dwk.device()});
+              copy_(dw, dwk.permute({0, 2, 1}));
+            }
+            return std::pair{dx, dw};
+          }};
+}
+
+// Why cuDNN cannot take this conv ("" when it can).
+std::string cudnn_refusal(const ConvRows& geo, const Tensor& x) {
+  if (!x.device().is_cuda()) return "a CPU tensor";
+  if (x.dtype() != DType::F32) return std::string("cuDNN paths are float32 (or bf16 mixed precision), not ") +
+                                      dtype_name(x.dtype());
+  if (2 * geo.left < (geo.K - 1) * geo.d) return "left padding below half the receptive field (cuDNN pads both sides)";
+  return cuda::cudnn_unavailable_reason();
+}
+
+// --conv_impl auto: on first use of a shape, both paths run forward and
+// backward on this call's inputs (one warm-up and three timed repetitions each,
+// device time from CUDA events), their outputs and gradients are compared, and
+// the faster is kept for the shape if cuDNN's results agree with the GEMM
+// path's (within a tolerance set by the precision); one line says what was
+// chosen. Inside a CUDA graph capture nothing is timed: the GEMM path runs and
+// the shape stays undecided.
+ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>, ConvImpl>
+      chosen;
+  const auto key = std::tuple{x.device().index, geo.B, geo.L, geo.Cin, geo.Cout, geo.K, geo.d, geo.left,
+                              static_cast<int>(autocast_precision()), cuda_backends().deterministic};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+  if (StepGraph::capturing()) return ConvImpl::Gemm;
+
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "[B %lld, L %lld, %lld -> %lld, K %lld, dilation %lld]",
+                static_cast<long long>(geo.B), static_cast<long long>(geo.L), static_cast<long long>(geo.Cin),
+                static_cast<long long>(geo.Cout), static_cast<long long>(geo.K), static_cast<long long>(geo.d));
+  auto decide = [&](ConvImpl c, const std::string& why) {
+    std::fprintf(stderr, "conv1d %s: %s (%s)\n", shape, conv_impl_name(c), why.c_str());
+    chosen[key] = c;
+    return c;
+  };
+  struct Run {
+    double ms = 0;
+    Tensor y, dx, dw;
+  };
+  Generator own(20261205);  // not the default generator: choosing must not move the run's random stream
+  Tensor dy = rand({geo.B, geo.L, geo.Cout}, x.options(), own);
+  auto run = [&](ConvOut (*impl)(const ConvRows&, const Tensor&, const Tensor&, const Tensor&, bool)) {
+    Run r;
+    cuda::EventTimer timer(x.device().index);
+    for (int rep = 0; rep < 4; ++rep) {
+      const int32_t start = timer.mark();
+      ConvOut out = impl(geo, x, w, b, bf16);
+      auto [dx, dw] = out.backward(dy, true, true);
+      const int32_t end = timer.mark();
+      if (rep == 0) continue;  // warm-up
+      r.y = out.y, r.dx = dx, r.dw = dw;
+      timer.collect();
+      r.ms += (timer.ms(end) - timer.ms(start)) / 3;
+    }
+    return r;
+  };
+  Run gemm_run, cudnn_run;
+  try {
+    gemm_run = run(conv1d_gemm);
+    cudnn_run = run(conv1d_cudnn);
+  } catch (const Error& e) {
+    return decide(ConvImpl::Gemm, std::string("cuDNN failed: ") + e.what());
+  }
+  // Largest difference relative to the largest value, per output.
+  const double tol = bf16 || autocast_tf32() ? 2e-2 : 1e-3;
+  double worst = 0;
+  for (auto [a, c] : {std::pair{gemm_run.y, cudnn_run.y}, {gemm_run.dx, cudnn_run.dx}, {gemm_run.dw, cudnn_run.dw}}) {
+    const std::vector<float> va = a.contiguous().to(Device::cpu()).to_vector<float>();
+    const std::vector<float> vc = c.contiguous().to(Device::cpu()).to_vector<float>();
+    double big = 1e-30, diff = 0;
+    for (size_t i = 0; i < va.size(); ++i) {
+      big = std::max(big, static_cast<double>(std::abs(va[i])));
+      diff = std::max(diff, static_cast<double>(std::abs(va[i] - vc[i])));
+    }
+    worst = std::max(worst, diff / big);
+  }
+  char why[200];
+  std::snprintf(why, sizeof why, "forward+backward: cudnn %.3f ms, gemm %.3f ms; largest difference %.1e", cudnn_run.ms,
+                gemm_run.ms, worst);
+  if (!(worst <= tol))
+    return decide(ConvImpl::Gemm, std::string(why) + ": cuDNN disagrees with the GEMM path beyond " +
+                                      std::to_string(tol) + ", so it is not used");
+  return decide(cudnn_run.ms < gemm_run.ms ? ConvImpl::Cudnn : ConvImpl::Gemm, why);
+}
+
+// Which path runs this call.
+ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+  const ConvImpl setting = cuda_backends().conv;
+  if (!x.device().is_cuda() || setting == ConvImpl::Gemm) return ConvImpl::Gemm;
+  const std::string refusal = cudnn_refusal(geo, x);
+  if (setting == ConvImpl::Cudnn) {
+    TCN_CHECK(refusal.empty(), "conv1d: the cuDNN path was asked for (--conv_impl cudnn) but cannot run: ", refusal);
+    return ConvImpl::Cudnn;
+  }
+  if (!refusal.empty()) {
+    static std::once_flag noted;
+    std::call_once(noted, [&] { std::fprintf(stderr, "conv1d: the GEMM path (cuDNN not used: %s)\n", refusal.c_str()); });
+    return ConvImpl::Gemm;
+  }
+  return conv1d_auto(geo, x, w, b, bf16);
+}
+
 }  // namespace
 
 Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t dilation, int64_t left_pad) {
@@ -134,40 +331,19 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
   }
 
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
-  // Mixed precision (core/autocast.h): the GEMM operands in bfloat16, the
-  // output, the bias and the gradients in float32. The bf16 copies are also
-  // what backward keeps, at half the memory.
   const bool bf16 = autocast_bf16(x_in);
-  const DType op_dtype = bf16 ? DType::BF16 : x_in.dtype();  // of the GEMM operands
-  Tensor xp = to_padded_rows(x_in.detach(), left_pad, geo.Lp, op_dtype);
-  // [K, Cin, Cout]: each tap a GEMM operand (permuted and converted in one copy).
-  Tensor wt = empty({K, Cin, Cout}, {op_dtype, w.device()});
-  copy_(wt, w.detach().permute({2, 1, 0}));
-  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor yp = empty({B, geo.Lp, Cout}, x_in.options());
-  conv1d_forward_rows(geo, xp, wt, b, yp);
-  Tensor y = yp.narrow(1, 0, L);  // the valid rows of each batch; a view
-
+  const Tensor x = x_in.detach(), wd = w.detach(), b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  ConvOut out = conv1d_impl(geo, x, wd, b, bf16) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, bf16)
+                                                                     : conv1d_gemm(geo, x, wd, b, bf16);
   if (autograd::needs_grad({x_in, w, bias})) {
-    bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
-    const TensorOptions out_opts = x_in.options();
-    autograd::record("conv1d", {x_in, w, bias}, {y}, [geo, xp, wt, need_x, need_w, need_b, bf16,
-                                                      out_opts](const TensorList& g) {
-      Tensor dyp = to_padded_rows(g[0], 0, geo.Lp, bf16 ? DType::BF16 : g[0].dtype());
-      // Tap 0 writes rows [0, M) with beta = 0 below, so only the tail needs zeros.
-      Tensor dxp;
-      if (need_x) {
-        dxp = empty(xp.shape(), out_opts);
-        zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
-      }
-      Tensor dwt = need_w ? empty(wt.shape(), out_opts) : Tensor();
-      conv1d_backward_rows(geo, xp, wt, dyp, dxp, dwt);
-      return TensorList{need_x ? dxp.narrow(1, geo.left, geo.L) : Tensor(),
-                        need_w ? dwt.permute({2, 1, 0}).contiguous() : Tensor(),
-                        need_b ? sum(g[0], {0, 1}) : Tensor()};
-    });
+    const bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+    autograd::record("conv1d", {x_in, w, bias}, {out.y},
+                     [backward = out.backward, need_x, need_w, need_b](const TensorList& g) {
+                       auto [dx, dw] = backward(g[0], need_x, need_w);
+                       return TensorList{dx, dw, need_b ? sum(g[0], {0, 1}) : Tensor()};
+                     });
   }
-  return y;
+  return out.y;
 }
 
 }  // namespace tcn

@@ -17,6 +17,8 @@
 
 #include "tcn/core/autocast.h"
 
+#include "tcn/cuda/cudnn.h"
+
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/cpu_blas.h"
 #include "tcn/ops/dispatch.h"
@@ -233,6 +235,52 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
                      });
   }
   return {hs, hT, cT};
+}
+
+std::tuple<Tensor, Tensor, Tensor> lstm_layer_cudnn(const Tensor& x_in, const Tensor& w_ih, const Tensor& w_hh,
+                                                    const Tensor& b_ih, const Tensor& b_hh, const Tensor& h0_in,
+                                                    const Tensor& c0_in) {
+  const profile::Op range("lstm_layer_cudnn");
+  const char* op = "lstm_layer_cudnn";
+  const TensorList all{x_in, w_ih, w_hh, b_ih, b_hh, h0_in, c0_in};
+  for (const Tensor& t : all) check_defined(op, t);
+  TCN_CHECK(x_in.device().is_cuda() && x_in.dtype() == DType::F32, op, ": float32 CUDA tensors only, got ",
+            x_in.dtype(), " on ", x_in.device());
+  for (const Tensor& t : all) {
+    check_same_dtype(op, x_in, t);
+    check_same_device(op, x_in, t);
+  }
+  TCN_CHECK(x_in.dim() == 3 && x_in.size(1) > 0, op, ": input must be [B, T > 0, I], got ", x_in.shape());
+  const int64_t B = x_in.size(0), Tn = x_in.size(1), I = x_in.size(2), H = w_hh.size(1);
+  TCN_CHECK(w_ih.shape() == Shape({4 * H, I}) && w_hh.shape() == Shape({4 * H, H}) && b_ih.shape() == Shape({4 * H}) &&
+                b_hh.shape() == Shape({4 * H}),
+            op, ": parameters must be w_ih [", 4 * H, ", ", I, "], w_hh [", 4 * H, ", ", H, "], biases [", 4 * H,
+            "], got ", w_ih.shape(), ", ", w_hh.shape(), ", ", b_ih.shape(), ", ", b_hh.shape());
+  TCN_CHECK(h0_in.shape() == Shape({B, H}) && c0_in.shape() == Shape({B, H}), op, ": h0 and c0 must be [", B, ", ", H,
+            "], got ", h0_in.shape(), " and ", c0_in.shape());
+  const std::string why = cuda::cudnn_unavailable_reason();
+  TCN_CHECK(why.empty(), op, ": cuDNN is unavailable: ", why);
+  auto c = [](const Tensor& t) { return t.detach().contiguous(); };
+  Tensor x = c(x_in), wih = c(w_ih), whh = c(w_hh), bih = c(b_ih), bhh = c(b_hh), h0 = c(h0_in), c0 = c(c0_in);
+  Tensor y = empty({B, Tn, H}, x.options()), hT = empty({B, H}, x.options()), cT = empty({B, H}, x.options());
+  const bool training = autograd::needs_grad(all);
+  cuda::CudnnLstmSaved saved;
+  TCN_CUDA_OP(op, saved = cuda::cudnn_lstm_forward(y, hT, cT, x, wih, whh, bih, bhh, h0, c0, training));
+  if (training) {
+    autograd::record(op, all, {y, hT, cT},
+                     [saved, x, h0, c0, y_saved = y.detach(), wih, whh](const TensorList& g) {
+                       const TensorOptions o = x.options();
+                       Tensor dx = empty(x.shape(), o), dh0 = empty(h0.shape(), o), dc0 = empty(c0.shape(), o);
+                       Tensor dwih = empty(wih.shape(), o), dwhh = empty(whh.shape(), o);
+                       Tensor dbih = empty({wih.size(0)}, o), dbhh = empty({wih.size(0)}, o);
+                       auto c = [](const Tensor& t) { return t.defined() ? t.contiguous() : t; };
+                       TCN_CUDA_OP("lstm_layer_cudnn backward",
+                                   cuda::cudnn_lstm_backward(dx, dh0, dc0, dwih, dwhh, dbih, dbhh, saved, x, h0, c0,
+                                                             y_saved, c(g[0]), c(g[1]), c(g[2])));
+                       return TensorList{dx, dwih, dwhh, dbih, dbhh, dh0, dc0};
+                     });
+  }
+  return {y, hT, cT};
 }
 
 }  // namespace tcn

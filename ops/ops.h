@@ -102,6 +102,12 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev);
 // A whole LSTM layer after the input projection: xp [B, T, 4H] (= x W_ih^T + biases),
 // W_hh [4H, H], h0 and c0 [B, H] -> (outputs [B, T, H], h_T, c_T). (ops/lstm_layer.cpp)
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp, const Tensor& w_hh, const Tensor& h0, const Tensor& c0);
+// The same layer on cuDNN (CUDA float32 tensors; cuda/cudnn.h), from the layer's
+// input: x [B, T, I], PyTorch's w_ih [4H, I], w_hh [4H, H], b_ih, b_hh [4H], h0,
+// c0 [B, H] -> (outputs [B, T, H], h_T, c_T). (ops/lstm_layer.cpp)
+std::tuple<Tensor, Tensor, Tensor> lstm_layer_cudnn(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
+                                                    const Tensor& b_ih, const Tensor& b_hh, const Tensor& h0,
+                                                    const Tensor& c0);
 
 // ---- views (ops/view.cpp); also available as Tensor methods -------------------
 Tensor reshape(const Tensor& x, const Shape& shape);

@@ -22,6 +22,9 @@
 #   d. the first 20 training losses of both models, --device cuda vs cpu, on
 #      the carried PTB slice (device_bundle/ptb)
 #   e. charlm bench --device cuda: tcn and PyTorch training steps on the same GPU
+#   e3. bench_cudnn: conv1d (GEMM path, cuDNN, cuDNN deterministic, auto) and
+#      the LSTM (fused, cuDNN) layer by layer; tools/bench_torch_layers.py: PyTorch's
+#      nn.Conv1d (deterministic too) and nn.LSTM at the same shapes
 #   e2. charlm bench --device cuda --profile 3 (the TCN's per-op GPU table, a
 #      trace in $OUT) and torch.profiler's table for PyTorch's TCN on the same GPU
 #   (time left: memcheck on all the CUDA suites)
@@ -178,7 +181,11 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then LIBCUDA_DIR=$(fir
 # the system's, else PyTorch's nvidia-nccl wheel.
 NCCL_DIR=""
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then NCCL_DIR=$(first_with libnccl.so.2); fi
-INFO+=("- CUDA libraries: cudart ${CUDART_DIR:-NOT FOUND}, cublas/cublasLt ${CUBLAS_DIR:-NOT FOUND}, libcuda ${LIBCUDA_DIR:-from ldconfig}, libnccl ${NCCL_DIR:-from ldconfig or NOT FOUND}")
+# cuDNN likewise (cuda/cudnn.cu loads libcudnn.so.9, which loads its sub-libraries
+# from the same search path): the system's, else PyTorch's nvidia-cudnn wheel.
+CUDNN_DIR=""
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then CUDNN_DIR=$(first_with libcudnn.so.9); fi
+INFO+=("- CUDA libraries: cudart ${CUDART_DIR:-NOT FOUND}, cublas/cublasLt ${CUBLAS_DIR:-NOT FOUND}, libcuda ${LIBCUDA_DIR:-from ldconfig}, libnccl ${NCCL_DIR:-from ldconfig or NOT FOUND}, libcudnn ${CUDNN_DIR:-from ldconfig or NOT FOUND}")
 
 TORCH="no python3"
 if [ -n "$PY" ]; then
@@ -222,7 +229,7 @@ else
 fi
 
 LDP=$B
-for d in "$CUDART_DIR" "$CUBLAS_DIR" "$LIBCUDA_DIR" "$NCCL_DIR"; do
+for d in "$CUDART_DIR" "$CUBLAS_DIR" "$LIBCUDA_DIR" "$NCCL_DIR" "$CUDNN_DIR"; do
   [ -n "$d" ] && [[ ":$LDP:" != *":$d:"* ]] && LDP=$LDP:$d
 done
 [ -n "$ORIG_LD" ] && LDP=$LDP:$ORIG_LD
@@ -327,6 +334,27 @@ SECTIONS+=("### charlm bench --device cuda, $BENCH_STEPS timed steps after 3 war
 ${BENCH_TABLE:-(no table: see bench.log in logs.tgz)}
 
 ${torch_line:-}")
+write_summary
+
+# --- e3. cuDNN beside our CUDA paths, layer by layer, and PyTorch's layers ---------------------
+say "== e3. bench_cudnn (ours: GEMM/fused vs cuDNN) and tools/bench_torch_layers.py (nn.Conv1d, nn.LSTM)"
+step bench_cudnn 120 "$B/bench_cudnn" --device cuda --precision all --reps 10
+row "bench_cudnn" "$STATUS" "$SECS" "$(grep -m1 '^bench_cudnn' "$LOGS/bench_cudnn.log" | cut -c1-120)"
+LAYER_TABLE="### conv1d and LSTM layers, forward + backward, ms per call (batch 32 x 400)
+
+ours (build/bench_cudnn):
+
+$(grep -E '^\|' "$LOGS/bench_cudnn.log" 2>/dev/null)"
+if [ -n "$PY" ]; then
+  step bench_torch_layers 90 "${PYENV[@]}" "$PY" tools/bench_torch_layers.py --device cuda --precision all --reps 10
+  row "bench_torch_layers.py" "$STATUS" "$SECS" "$(grep -m1 '^bench_torch_layers' "$LOGS/bench_torch_layers.log" | cut -c1-120)"
+  LAYER_TABLE+="
+
+PyTorch (tools/bench_torch_layers.py, cudnn.benchmark on):
+
+$(grep -E '^\|' "$LOGS/bench_torch_layers.log" 2>/dev/null)"
+fi
+SECTIONS+=("$LAYER_TABLE")
 write_summary
 
 # --- e2. where the GPU step goes: our profiler (device clock) beside torch.profiler --------

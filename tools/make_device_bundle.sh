@@ -70,7 +70,7 @@ grep -qF -- '-DTCN_SOURCE_DIR=\\\".\\\"' "$BUILD/compile_commands.json" ||
   die "$BUILD was not configured with TCN_SOURCE_DIR=\".\" (rm -rf $BUILD and rerun)"
 grep -q '^TCN_CUDA:STRING=ON' "$BUILD/CMakeCache.txt" || die "$BUILD is not a CUDA build"
 
-BINS=("$BUILD/tests/tcn_tests" "$BUILD/charlm" "$BUILD/examples/tcn_ckpt")
+BINS=("$BUILD/tests/tcn_tests" "$BUILD/charlm" "$BUILD/examples/tcn_ckpt" "$BUILD/bench_cudnn")
 for b in "${BINS[@]}"; do [ -x "$b" ] || die "missing $b"; done
 
 # --- 2. assemble --------------------------------------------------------------

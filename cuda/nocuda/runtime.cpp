@@ -1,6 +1,7 @@
 // The CUDA runtime of a build without CUDA (TCN_CUDA=OFF, or no nvcc found):
 // no devices, and every device call says why.
 #include "tcn/cuda/runtime.h"
+#include "tcn/cuda/cudnn.h"
 
 #include "tcn/core/error.h"
 
@@ -16,6 +17,8 @@ bool emulated() { return false; }
 bool verified_on_gpu() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return kWhy; }
+std::string cudnn_unavailable_reason() { return kWhy; }
+int64_t cudnn_version() { return 0; }
 Allocator* allocator(int index) { TCN_FAIL("cuda:", index, " requested but ", kWhy); }
 MemoryStats memory_stats(int) { return {}; }
 CachingAllocator* caching_allocator(int index) { TCN_FAIL("cuda:", index, " requested but ", kWhy); }

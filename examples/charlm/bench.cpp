@@ -201,6 +201,7 @@ int run_bench(const BenchOptions& opts, const char*) {
   TCN_CHECK(o.precision == "both" || o.precision == "fp32" || o.precision == "bf16" || o.precision == "tf32",
             "--precision ", o.precision, ": expected both, fp32, tf32 or bf16");
   if (o.precision != "both") (void)precision_for(o.precision, dev);  // tf32 needs CUDA
+  apply_cuda_backends(o.conv_impl, o.lstm_impl, o.deterministic, dev);
   TCN_CHECK(o.cpu_gemm != "onednn" || cpu::onednn_available(), "--cpu_gemm onednn: this build has no oneDNN");
   // Our configurations: (precision, CPU GEMM library). bf16 runs on oneDNN only
   // (without it the bf16 GEMMs are widened to fp32: no point timing them twice).

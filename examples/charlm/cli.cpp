@@ -47,6 +47,20 @@ const CLI::Validator kSeed(
     },
     "");
 
+// --conv_impl, --lstm_impl, --deterministic: which CUDA layers run on cuDNN (core/backends.h).
+void add_backend_options(CLI::App* cmd, std::string& conv_impl, std::string& lstm_impl, bool& deterministic) {
+  cmd->add_option("--conv_impl", conv_impl,
+                  "CUDA conv1d: auto (time cuDNN and our GEMM path per layer shape on first use, keep the faster "
+                  "if cuDNN agrees with it), cudnn or gemm")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cudnn", "gemm"}));
+  cmd->add_option("--lstm_impl", lstm_impl, "CUDA LSTM layers: fused (ours, on cuBLAS) or cudnn")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fused", "cudnn"}));
+  cmd->add_flag("--deterministic", deterministic,
+                "cuDNN may use deterministic algorithms only (our own CUDA paths always are)");
+}
+
 int run_cli(int argc, char** argv, const Program& program) {
   CLI::App app{program.description, program.name};
   app.require_subcommand(1);
@@ -96,6 +110,7 @@ int run_cli(int argc, char** argv, const Program& program) {
                     "reason, when it cannot be captured), on (an error then) or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  add_backend_options(train, t.conv_impl, t.lstm_impl, t.deterministic);
   train->add_option("--profile", t.profile,
                     "profile this many steps after two warm-up steps and print where the time goes: per op, "
                     "module and phase (0: off); profiled steps run eagerly on CUDA")
@@ -149,6 +164,7 @@ int run_cli(int argc, char** argv, const Program& program) {
   bench->add_option("--cuda_graph", b.cuda_graph, "on CUDA, our steps as one CUDA graph each: auto, on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  add_backend_options(bench, b.conv_impl, b.lstm_impl, b.deterministic);
   bench->add_option("--profile", b.profile,
                     "after the timed steps, profile this many more steps of each of our rows and print where the "
                     "time goes: per op, module and phase (0: off)")

@@ -15,9 +15,11 @@
 #include <limits>
 
 #include "tcn/core/autocast.h"
+#include "tcn/core/backends.h"
 #include "tcn/core/step_graph.h"
 #include "tcn/core/files.h"
 #include "tcn/core/threads.h"
+#include "tcn/cuda/cudnn.h"
 #include "tcn/cuda/runtime.h"
 #include "data.h"
 #include "flags.h"
@@ -375,6 +377,20 @@ void check_resume_metadata(const TrainOptions& o, const nn::Metadata& meta, size
   read_train_state(o, meta, windows_per_epoch, seed, offset);
 }
 
+void apply_cuda_backends(const std::string& conv_impl, const std::string& lstm_impl, bool deterministic,
+                         const Device& device) {
+  CudaBackends b;
+  b.conv = parse_conv_impl(conv_impl);
+  b.lstm = parse_lstm_impl(lstm_impl);
+  b.deterministic = deterministic;
+  if (device.is_cuda() && (b.conv == ConvImpl::Cudnn || b.lstm == LstmImpl::Cudnn)) {
+    const std::string why = cuda::cudnn_unavailable_reason();
+    TCN_CHECK(why.empty(), b.conv == ConvImpl::Cudnn ? "--conv_impl cudnn" : "--lstm_impl cudnn",
+              ": cuDNN cannot run here: ", why);
+  }
+  set_cuda_backends(b);
+}
+
 int run_train(TrainOptions o) {
   // Console output of this run (nothing with --quiet); errors still throw.
   // Data parallelism: this process is one rank of comm (nn/distributed.h); rank 0
@@ -407,6 +423,7 @@ int run_train(TrainOptions o) {
   const Device device = resolve_device(o.device, o.tokens == "word" ? "wordlm" : "charlm");
   // Mixed precision for the whole run, training and evaluation (core/autocast.h).
   const Autocast precision(precision_for(o.precision, device));
+  apply_cuda_backends(o.conv_impl, o.lstm_impl, o.deterministic, device);
   if (!o.save.empty() && writer) {
     for (const std::string& p : {o.save, last_path(o.save)}) {
       check_output_path("--save", p);

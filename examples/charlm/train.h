@@ -33,6 +33,9 @@ struct TrainOptions {
   std::string precision = "fp32";                  // fp32 or bf16 (mixed precision: core/autocast.h)
   bool debug_sync = false;                         // read the loss watch every step (errors at their step)
   std::string cuda_graph = "auto";                 // auto, on or off: the CUDA step as one graph (core/step_graph.h)
+  std::string conv_impl = "auto";                  // CUDA conv1d: auto, cudnn or gemm (core/backends.h)
+  std::string lstm_impl = "fused";                 // CUDA LSTM: fused or cudnn
+  bool deterministic = false;                      // cuDNN: deterministic algorithms only
   int64_t profile = 0;                             // profile this many steps after 2 warm-up steps (nn/profiler.h)
   std::string trace;                               // with profile: the Chrome trace of the profiled steps
 };
@@ -65,6 +68,11 @@ double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_l
 std::string precision_note(const std::string& precision, const tcn::Device& device);
 // --precision parsed for a run on `device` (tf32 only on CUDA).
 tcn::Precision precision_for(const std::string& name, const tcn::Device& device);
+// --conv_impl, --lstm_impl and --deterministic parsed and made the process's
+// setting (core/backends.h); asking for cuDNN on a CUDA device where it cannot
+// run is an error here, before any work, naming the reason.
+void apply_cuda_backends(const std::string& conv_impl, const std::string& lstm_impl, bool deterministic,
+                         const tcn::Device& device);
 
 // Throws, naming the flag, unless `path` is a regular file that can be
 // written or does not exist yet under a writable directory (or one that can

@@ -1,0 +1,48 @@
+// Which implementation the CUDA layers run on: our own paths on cuBLAS, or
+// cuDNN (cuda/cudnn.h). Process-wide settings, set once from the command line
+// (--conv_impl, --lstm_impl, --deterministic) and read by the ops.
+//
+//   conv1d  Gemm   K accumulating cuBLAS GEMMs over padded rows (ops/conv1d.cpp)
+//           Cudnn  cudnnConvolution{Forward,BackwardData,BackwardFilter}, the
+//                  algorithms found by timing on first use per shape
+//           Auto   per layer shape, both timed once on first use (forward and
+//                  backward, the same inputs) and the faster kept; cuDNN is kept
+//                  only if its output also agrees with the GEMM path's. Where
+//                  cuDNN cannot run (not built, library missing, emulated
+//                  device) Auto is Gemm, with a one-line note.
+//   LSTM    Fused  our layer: one input-projection GEMM, then per step a cuBLAS
+//                  GEMM and a cell kernel (ops/lstm_layer.cpp)
+//           Cudnn  cudnnRNNForward / cudnnRNNBackwardData_v8 / _BackwardWeights_v8
+//
+// CPU tensors always take the CPU paths; these settings change nothing there.
+// With `deterministic`, cuDNN may only use algorithms it declares
+// deterministic (our own GEMM and kernel paths always are).
+//
+// STATUS (2026-12-05): the cuDNN paths are compiled by nvcc and have never run:
+// no GPU has been lent while they were written, and the emulated device has no
+// cuDNN. So the defaults keep to verified code: Fused for the LSTM, and Auto for
+// conv1d, whose first use per shape compares cuDNN's result with ours.
+#pragma once
+
+#include <string>
+
+namespace tcn {
+
+enum class ConvImpl { Auto, Cudnn, Gemm };
+enum class LstmImpl { Fused, Cudnn };
+
+ConvImpl parse_conv_impl(const std::string& name);  // "auto" | "cudnn" | "gemm"; else an error naming the choices
+LstmImpl parse_lstm_impl(const std::string& name);  // "fused" | "cudnn"
+const char* conv_impl_name(ConvImpl c);
+const char* lstm_impl_name(LstmImpl l);
+
+struct CudaBackends {
+  ConvImpl conv = ConvImpl::Auto;
+  LstmImpl lstm = LstmImpl::Fused;
+  bool deterministic = false;
+};
+
+const CudaBackends& cuda_backends();
+void set_cuda_backends(const CudaBackends& b);
+
+}  // namespace tcn

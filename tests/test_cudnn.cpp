@@ -1,0 +1,256 @@
+// The cuDNN paths of conv1d and the LSTM (cuda/cudnn.h, core/backends.h).
+//
+// On a GPU with cuDNN: each path against the CPU oracle, forward and
+// gradients, in float32, TF32 and bf16; deterministic algorithms repeat bit for
+// bit; cuDNN inside a captured training step equals eager steps. These cases
+// report themselves skipped elsewhere (doctest's skip, visible in the summary),
+// saying why in the case name: the emulated device has no cuDNN.
+//
+// Everywhere: how the settings choose a path where cuDNN cannot run (the
+// emulated device in CI): auto falls back to the GEMM path with identical
+// results, an explicit cudnn is an error naming the reason.
+#include "tcn/core/autocast.h"
+#include "tcn/core/backends.h"
+#include "tcn/core/step_graph.h"
+#include "tcn/cuda/cudnn.h"
+#include "tcn/cuda/runtime.h"
+#include "tcn/nn/layers.h"
+#include "tcn/nn/models.h"
+#include "tcn/nn/optim.h"
+#include "cuda_compare.h"
+#include "helpers.h"
+
+using namespace tcn;
+using tcn::test::check_params_close;
+using tcn::test::compare;
+using tcn::test::rand_tensor;
+
+namespace {
+
+const Device kCuda = Device::cuda(0);
+const bool kNoCudnn = !cuda::cudnn_available();
+
+// Sets the process's CUDA backends for a scope and restores them.
+class Backends {
+ public:
+  explicit Backends(CudaBackends b) : prev_(cuda_backends()) { set_cuda_backends(b); }
+  ~Backends() { set_cuda_backends(prev_); }
+
+ private:
+  CudaBackends prev_;
+};
+
+CudaBackends conv_on(ConvImpl c, bool deterministic = false) {
+  CudaBackends b;
+  b.conv = c;
+  b.deterministic = deterministic;
+  return b;
+}
+
+std::vector<Tensor> grads(const std::vector<Tensor>& params) {
+  std::vector<Tensor> g;
+  for (const Tensor& p : params) g.push_back(p.grad());
+  return g;
+}
+
+// Causal (left = (K-1)d, the TCN's) and centred (left = (K-1)d/2) convolutions.
+struct ConvCase {
+  int64_t B, L, Cin, Cout, K, d, left;
+};
+const ConvCase kConvCases[] = {{2, 37, 5, 7, 3, 2, 4}, {3, 50, 16, 8, 2, 8, 8}, {2, 20, 6, 6, 3, 1, 1}};
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+
+TEST_CASE("backend names parse, and a bad one is an error naming the choices") {
+  CHECK(parse_conv_impl("auto") == ConvImpl::Auto);
+  CHECK(parse_conv_impl("cudnn") == ConvImpl::Cudnn);
+  CHECK(parse_conv_impl("gemm") == ConvImpl::Gemm);
+  CHECK(parse_lstm_impl("fused") == LstmImpl::Fused);
+  CHECK(parse_lstm_impl("cudnn") == LstmImpl::Cudnn);
+  CHECK_THROWS_WITH_AS(parse_conv_impl("fft"), doctest::Contains("auto, cudnn or gemm, got 'fft'"), Error);
+  CHECK_THROWS_WITH_AS(parse_lstm_impl("cudnn7"), doctest::Contains("fused or cudnn, got 'cudnn7'"), Error);
+  for (ConvImpl c : {ConvImpl::Auto, ConvImpl::Cudnn, ConvImpl::Gemm}) CHECK(parse_conv_impl(conv_impl_name(c)) == c);
+  CHECK(CudaBackends{}.lstm == LstmImpl::Fused);  // the default until the cuDNN LSTM has run on a GPU
+}
+
+TEST_CASE("where cuDNN cannot run, the reason is given, and it is never available on the emulated device") {
+  const std::string why = cuda::cudnn_unavailable_reason();
+  if (cuda::emulated()) {
+    CHECK(why.find("emulated") != std::string::npos);
+    CHECK(cuda::cudnn_version() == 0);
+  }
+  if (!cuda::built_with_cuda()) CHECK(why.find("without CUDA") != std::string::npos);
+  CHECK(cuda::cudnn_available() == why.empty());
+}
+
+TEST_CASE("without cuDNN: conv1d auto is the GEMM path bit for bit; cudnn is an error naming the reason" *
+          doctest::skip(!cuda::is_available() || !kNoCudnn)) {
+  const ConvCase c = kConvCases[0];
+  Tensor x = rand_tensor({c.B, c.L, c.Cin}, 1, false, -1, 1, DType::F32).to(kCuda);
+  Tensor w = rand_tensor({c.Cout, c.Cin, c.K}, 2, false, -1, 1, DType::F32).to(kCuda);
+  Tensor b = rand_tensor({c.Cout}, 3, false, -1, 1, DType::F32).to(kCuda);
+  std::vector<float> gemm, autos;
+  {
+    Backends s(conv_on(ConvImpl::Gemm));
+    gemm = conv1d(x, w, b, c.d, c.left).contiguous().to(Device::cpu()).to_vector<float>();
+  }
+  {
+    Backends s(conv_on(ConvImpl::Auto));
+    autos = conv1d(x, w, b, c.d, c.left).contiguous().to(Device::cpu()).to_vector<float>();
+  }
+  CHECK(gemm == autos);
+  Backends s(conv_on(ConvImpl::Cudnn));
+  CHECK_THROWS_WITH_AS(conv1d(x, w, b, c.d, c.left),
+                       doctest::Contains(("--conv_impl cudnn) but cannot run: " + cuda::cudnn_unavailable_reason()).c_str()),
+                       Error);
+}
+
+TEST_CASE("without cuDNN: the cuDNN LSTM layer is an error naming the reason" *
+          doctest::skip(!cuda::is_available() || !kNoCudnn)) {
+  const int64_t B = 2, T = 3, I = 4, H = 5;
+  auto r = [&](Shape s, uint64_t seed) { return rand_tensor(s, seed, false, -1, 1, DType::F32).to(kCuda); };
+  CHECK_THROWS_WITH_AS(
+      lstm_layer_cudnn(r({B, T, I}, 1), r({4 * H, I}, 2), r({4 * H, H}, 3), r({4 * H}, 4), r({4 * H}, 5), r({B, H}, 6),
+                       r({B, H}, 7)),
+      doctest::Contains(("cuDNN is unavailable: " + cuda::cudnn_unavailable_reason()).c_str()), Error);
+  // The module with --lstm_impl cudnn goes the same way.
+  CudaBackends b;
+  b.lstm = LstmImpl::Cudnn;
+  Backends s(b);
+  Generator g(3);
+  nn::LSTM lstm(I, H, 1, g);
+  lstm.to(kCuda);
+  CHECK_THROWS_WITH_AS(lstm.forward(r({B, T, I}, 8)), doctest::Contains("cuDNN is unavailable"), Error);
+}
+
+// ---- on a GPU with cuDNN --------------------------------------------------------------------------
+
+TEST_CASE("cuDNN conv1d vs CPU: float32 (strict), causal and centred, forward and gradients" * doctest::skip(kNoCudnn)) {
+  Backends s(conv_on(ConvImpl::Cudnn));
+  for (const ConvCase& c : kConvCases) {
+    INFO("B ", c.B, " L ", c.L, " Cin ", c.Cin, " Cout ", c.Cout, " K ", c.K, " d ", c.d, " left ", c.left);
+    compare([&](const TensorList& in) { return conv1d(in[0], in[1], in[2], c.d, c.left); },
+            {rand_tensor({c.B, c.L, c.Cin}, 11, false, -1, 1, DType::F32),
+             rand_tensor({c.Cout, c.Cin, c.K}, 12, false, -1, 1, DType::F32),
+             rand_tensor({c.Cout}, 13, false, -1, 1, DType::F32)},
+            1e-4, 1e-5);
+  }
+}
+
+TEST_CASE("cuDNN conv1d vs CPU: TF32 and bf16 (mixed precision)" * doctest::skip(kNoCudnn)) {
+  Backends s(conv_on(ConvImpl::Cudnn));
+  const ConvCase c = kConvCases[1];
+  for (Precision p : {Precision::TF32, Precision::BF16}) {
+    INFO(precision_name(p));
+    // The oracle is the float32 CPU op; TF32 and bf16 round the operands to
+    // 10 and 7 mantissa bits, so 1e-2 relative to the largest values.
+    TensorList in{rand_tensor({c.B, c.L, c.Cin}, 21, false, -1, 1, DType::F32),
+                  rand_tensor({c.Cout, c.Cin, c.K}, 22, false, -1, 1, DType::F32)};
+    Tensor want = conv1d(in[0], in[1], Tensor(), c.d, c.left);
+    Tensor got;
+    {
+      Autocast scope(p);
+      got = conv1d(in[0].to(kCuda), in[1].to(kCuda), Tensor(), c.d, c.left).to(Device::cpu());
+    }
+    CHECK_CLOSE(got, want, 2e-2 * c.Cin * c.K, 2e-2);
+  }
+}
+
+TEST_CASE("cuDNN conv1d with --deterministic repeats its gradients bit for bit" * doctest::skip(kNoCudnn)) {
+  Backends s(conv_on(ConvImpl::Cudnn, true));
+  const ConvCase c = kConvCases[1];
+  std::vector<std::vector<float>> runs;
+  for (int r = 0; r < 2; ++r) {
+    Tensor x = rand_tensor({c.B, c.L, c.Cin}, 31, false, -1, 1, DType::F32).to(kCuda).requires_grad_();
+    Tensor w = rand_tensor({c.Cout, c.Cin, c.K}, 32, false, -1, 1, DType::F32).to(kCuda).requires_grad_();
+    sum(mul(conv1d(x, w, Tensor(), c.d, c.left), conv1d(x, w, Tensor(), c.d, c.left))).backward();
+    std::vector<float> all = x.grad().to(Device::cpu()).to_vector<float>();
+    for (float v : w.grad().to(Device::cpu()).to_vector<float>()) all.push_back(v);
+    runs.push_back(all);
+  }
+  CHECK(runs[0] == runs[1]);
+}
+
+TEST_CASE("conv1d auto on a GPU: chooses per shape, and its results stay within the chosen path's tolerance" *
+          doctest::skip(kNoCudnn)) {
+  Backends s(conv_on(ConvImpl::Auto));
+  const ConvCase c = kConvCases[0];
+  compare([&](const TensorList& in) { return conv1d(in[0], in[1], in[2], c.d, c.left); },
+          {rand_tensor({c.B, c.L, c.Cin}, 41, false, -1, 1, DType::F32),
+           rand_tensor({c.Cout, c.Cin, c.K}, 42, false, -1, 1, DType::F32),
+           rand_tensor({c.Cout}, 43, false, -1, 1, DType::F32)},
+          1e-4, 1e-5);
+}
+
+TEST_CASE("cuDNN LSTM vs CPU: two layers with a given state, outputs and every gradient" * doctest::skip(kNoCudnn)) {
+  CudaBackends b;
+  b.lstm = LstmImpl::Cudnn;
+  Backends s(b);
+  const int64_t B = 4, T = 9, E = 10, H = 16;
+  Generator g1(51), g2(51);
+  nn::LSTM cpu(E, H, 2, g1), gpu(E, H, 2, g2);
+  gpu.to(kCuda);
+  Tensor x = rand_tensor({B, T, E}, 52, false, -1, 1, DType::F32);
+  Tensor h0 = rand_tensor({2, B, H}, 53, false, -1, 1, DType::F32), c0 = rand_tensor({2, B, H}, 54, false, -1, 1, DType::F32);
+  Tensor w = rand_tensor({B, T, H}, 55, false, -1, 1, DType::F32), wh = rand_tensor({2, B, H}, 56, false, -1, 1, DType::F32);
+  auto run = [&](nn::LSTM& m, Device dev) {
+    Tensor xd = x.to(dev).requires_grad_(), hd = h0.to(dev).requires_grad_(), cd = c0.to(dev).requires_grad_();
+    auto [out, st] = m.forward(xd, nn::LSTM::State{hd, cd});
+    add(sum(mul(out, w.to(dev))), sum(mul(add(st.h, st.c), wh.to(dev)))).backward();
+    return std::vector<Tensor>{out.detach(), st.h.detach(), st.c.detach(), xd.grad(), hd.grad(), cd.grad()};
+  };
+  auto rc = run(cpu, Device::cpu()), rg = run(gpu, kCuda);
+  const char* names[] = {"output", "h_n", "c_n", "dx", "dh0", "dc0"};
+  for (size_t i = 0; i < rc.size(); ++i) {
+    INFO(names[i]);
+    CHECK_CLOSE(rg[i].to(Device::cpu()), rc[i], 1e-6, 1e-4);
+  }
+  check_params_close(grads(gpu.parameters()), grads(cpu.parameters()), 1e-6, 1e-4, "gradient of parameter");
+}
+
+TEST_CASE("cuDNN inside a captured training step: replays equal eager steps (TCN and LSTM)" * doctest::skip(kNoCudnn)) {
+  CudaBackends b;
+  b.conv = ConvImpl::Cudnn;
+  b.lstm = LstmImpl::Cudnn;
+  Backends s(b);
+  nn::TCNConfig tcfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .levels = 2, .ksize = 3, .dropout = 0.2,
+                     .emb_dropout = 0.2};
+  nn::LSTMConfig lcfg{.vocab_size = 11, .emsize = 8, .nhid = 12, .layers = 2, .dropout = 0.2, .emb_dropout = 0.2};
+  for (int which = 0; which < 2; ++which) {
+    INFO((which == 0 ? "tcn" : "lstm"));
+    std::vector<std::vector<float>> losses;
+    for (GraphMode mode : {GraphMode::Off, GraphMode::On}) {
+      // The same seed: the same weights and dropout masks (the model's own generator) in both runs.
+      std::unique_ptr<nn::CharLM> m;
+      if (which == 0) m = std::make_unique<nn::TCNCharLM>(tcfg, 61);
+      else m = std::make_unique<nn::LSTMCharLM>(lcfg, 62);
+      m->train();
+      m->to(kCuda);
+      nn::SGD opt(m->parameters(), 0.5);
+      Generator g(9);
+      std::vector<int64_t> ids;
+      for (double u : rand({3, 41}, {DType::F64}, g).to_vector<double>()) ids.push_back(static_cast<int64_t>(u * 11));
+      Tensor seq = from_vector<int64_t>(ids, {3, 41});
+      Tensor inp = seq.narrow(1, 0, 40).contiguous().to(kCuda), tgt = seq.narrow(1, 11, 30).contiguous().to(kCuda);
+      StepGraph graph(mode, kCuda, m->parameters());
+      std::vector<float> l;
+      for (int step = 0; step < 6; ++step) {
+        Tensor loss = graph.run(0, [&] {
+          opt.zero_grad();
+          Tensor loss = cross_entropy(m->forward(inp, 30), tgt);
+          loss.backward();
+          opt.step();
+          return loss;
+        });
+        l.push_back(loss.to(Device::cpu()).to_vector<float>()[0]);
+      }
+      if (mode == GraphMode::On) CHECK_MESSAGE(graph.replaying(), graph.status());
+      losses.push_back(l);
+    }
+    CHECK(losses[0] == losses[1]);
+  }
+}
+
+}  // TEST_SUITE("cuda")
