@@ -60,10 +60,11 @@ cublasHandle_t cublas(int device) {
   cublasHandle_t h = state(device).cublas;
   // Strict FP32 unless TF32 was asked for, globally or by the autocast scope
   // (--precision tf32). PyTorch's default for matmul is also strict.
-  const bool tf32 = allow_tf32() || autocast_tf32();
-  CUBLAS_CHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
+
+bool tf32_allowed() { return allow_tf32() || autocast_tf32(); }
 
 void set_allow_tf32(bool allow) { allow_tf32() = allow; }
 

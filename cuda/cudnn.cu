@@ -53,13 +53,11 @@ namespace {
 [[noreturn]] void no_cudnn(const char* what) { TCN_FAIL(what, ": cuDNN is unavailable: ", cudnn_unavailable_reason()); }
 }  // namespace
 
-void cudnn_conv_forward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, double) {
+CudnnConvPlan cudnn_conv_forward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, double) {
   no_cudnn("conv1d on cuDNN");
 }
-void cudnn_conv_backward_data(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t) {
-  no_cudnn("conv1d on cuDNN");
-}
-void cudnn_conv_backward_filter(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t) {
+void cudnn_conv_backward_data(CudnnConvPlan, const Tensor&, const Tensor&, const Tensor&) { no_cudnn("conv1d on cuDNN"); }
+void cudnn_conv_backward_filter(CudnnConvPlan, const Tensor&, const Tensor&, const Tensor&) {
   no_cudnn("conv1d on cuDNN");
 }
 CudnnLstmSaved cudnn_lstm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -194,9 +192,11 @@ std::string describe(const A&... parts) {
 }
 
 // ---- convolutions ---------------------------------------------------------------------------------
-// Strict FP32 means FMA kernels only; TF32 and bfloat16 allow tensor cores.
+// Strict FP32 means FMA kernels only; TF32 (as cuBLAS decides it: tf32_allowed())
+// lets float32 use tensor cores; bfloat16 asks for them.
 cudnnMathType_t conv_math(DType d) {
-  return d == DType::F32 && !autocast_tf32() ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  if (d == DType::BF16) return CUDNN_TENSOR_OP_MATH;
+  return tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
 constexpr size_t kWorkspaceCap = size_t{256} << 20;  // most scratch memory an algorithm may ask for
@@ -240,6 +240,7 @@ Chosen<Algo> pick(const Perf* perf, int n, const ConvKey& k, const std::string& 
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap) continue;
     if (k.deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
     if (k.math == CUDNN_FMA_MATH && p.mathType != CUDNN_FMA_MATH) continue;
+    if (k.dtype == DType::F32 && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // no fp16 rounding
     return Chosen<Algo>{p.algo, p.mathType, p.memory};
   }
   TCN_FAIL("cuDNN has no ", pass, " algorithm for ", where, " (", n, " tried", k.deterministic ? ", deterministic only" : "",
@@ -464,11 +465,10 @@ void move_pieces(const LstmPlan& p, const Tensor& space, const Tensor (&params)[
 }
 
 LstmKey lstm_key(const Tensor& x, int64_t H) {
-  // Under TF32 or mixed precision the recurrent GEMMs may use tensor cores (TF32);
-  // strict FP32 otherwise, as PyTorch with allow_tf32 off.
-  const bool tensor_ops = autocast_tf32() || autocast_precision() == Precision::BF16;
-  return LstmKey{x.device().index, tensor_ops ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, x.size(0), x.size(1), x.size(2),
-                 H};
+  // TF32 tensor cores where cuBLAS would use them (tf32_allowed()); strict FP32
+  // otherwise, under bf16 mixed precision too (as our fused layer's recurrence).
+  return LstmKey{x.device().index, tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, x.size(0), x.size(1),
+                 x.size(2), H};
 }
 
 }  // namespace
@@ -482,7 +482,8 @@ std::string cudnn_unavailable_reason() {
 
 int64_t cudnn_version() { return loaded().error.empty() ? loaded().version : 0; }
 
-void cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64_t pad, int64_t dilation, double beta) {
+CudnnConvPlan cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64_t pad, int64_t dilation,
+                                 double beta) {
   const ConvKey k = conv_key(x, w.size(0), w.size(1), pad, dilation);
   ConvPlan& p = conv_plan(k, x, w);
   const Tensor ws = p.fwd.workspace ? scratch(p.fwd.workspace, k.device) : Tensor();
@@ -491,27 +492,30 @@ void cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64
   CUDNN_CHECK(p.where, dnn().cudnnConvolutionForward(handle(k.device), &s.alpha, p.x, x.raw_data(), p.w, w.raw_data(),
                                                       p.conv, p.fwd.algo, ws.defined() ? ws.raw_data() : nullptr,
                                                       p.fwd.workspace, &s.beta, p.y, y.raw_data()));
+  return &p;
 }
 
-void cudnn_conv_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w, int64_t pad, int64_t dilation) {
-  const ConvKey k = conv_key(dx, w.size(0), w.size(1), pad, dilation);
-  ConvPlan& p = conv_plan(k, dx, w);
-  const Tensor ws = p.bwd_data.workspace ? scratch(p.bwd_data.workspace, k.device) : Tensor();
+void cudnn_conv_backward_data(CudnnConvPlan plan, const Tensor& dx, const Tensor& dy, const Tensor& w) {
+  TCN_CHECK(plan != nullptr, "cuDNN conv backward without its forward's plan");
+  const ConvPlan& p = *static_cast<const ConvPlan*>(plan);
+  const int device = dx.device().index;
+  const Tensor ws = p.bwd_data.workspace ? scratch(p.bwd_data.workspace, device) : Tensor();
   const Scale s{1.0f, 0.0f};
   CUDNN_CHECK(p.where, dnn().cudnnSetConvolutionMathType(p.conv, p.bwd_data.math));
-  CUDNN_CHECK(p.where, dnn().cudnnConvolutionBackwardData(handle(k.device), &s.alpha, p.w, w.raw_data(), p.y,
+  CUDNN_CHECK(p.where, dnn().cudnnConvolutionBackwardData(handle(device), &s.alpha, p.w, w.raw_data(), p.y,
                                                            dy.raw_data(), p.conv, p.bwd_data.algo,
                                                            ws.defined() ? ws.raw_data() : nullptr, p.bwd_data.workspace,
                                                            &s.beta, p.x, dx.raw_data()));
 }
 
-void cudnn_conv_backward_filter(const Tensor& dw, const Tensor& x, const Tensor& dy, int64_t pad, int64_t dilation) {
-  const ConvKey k = conv_key(x, dw.size(0), dw.size(1), pad, dilation);
-  ConvPlan& p = conv_plan(k, x, dw);
-  const Tensor ws = p.bwd_filter.workspace ? scratch(p.bwd_filter.workspace, k.device) : Tensor();
+void cudnn_conv_backward_filter(CudnnConvPlan plan, const Tensor& dw, const Tensor& x, const Tensor& dy) {
+  TCN_CHECK(plan != nullptr, "cuDNN conv backward without its forward's plan");
+  const ConvPlan& p = *static_cast<const ConvPlan*>(plan);
+  const int device = x.device().index;
+  const Tensor ws = p.bwd_filter.workspace ? scratch(p.bwd_filter.workspace, device) : Tensor();
   const Scale s{1.0f, 0.0f};
   CUDNN_CHECK(p.where, dnn().cudnnSetConvolutionMathType(p.conv, p.bwd_filter.math));
-  CUDNN_CHECK(p.where, dnn().cudnnConvolutionBackwardFilter(handle(k.device), &s.alpha, p.x, x.raw_data(), p.y,
+  CUDNN_CHECK(p.where, dnn().cudnnConvolutionBackwardFilter(handle(device), &s.alpha, p.x, x.raw_data(), p.y,
                                                              dy.raw_data(), p.conv, p.bwd_filter.algo,
                                                              ws.defined() ? ws.raw_data() : nullptr,
                                                              p.bwd_filter.workspace, &s.beta, p.w, dw.raw_data()));
@@ -523,6 +527,7 @@ CudnnLstmSaved cudnn_lstm_forward(const Tensor& y, const Tensor& hy, const Tenso
   const LstmKey k = lstm_key(x, w_hh.size(1));
   LstmPlan& p = lstm_plan(k);
   CudnnLstmSaved saved;
+  saved.plan = &p;
   saved.weights = scratch(p.weight_bytes, k.device);
   const Tensor params[4] = {w_ih, w_hh, b_ih, b_hh};
   move_pieces(p, saved.weights, params, true, k.device);
@@ -543,11 +548,12 @@ void cudnn_lstm_backward(const Tensor& dx, const Tensor& dhx, const Tensor& dcx,
                          const Tensor& dw_hh, const Tensor& db_ih, const Tensor& db_hh, const CudnnLstmSaved& saved,
                          const Tensor& x, const Tensor& hx, const Tensor& cx, const Tensor& y, const Tensor& dy,
                          const Tensor& dhy, const Tensor& dcy) {
-  const LstmKey k = lstm_key(x, hx.size(1));
-  LstmPlan& p = lstm_plan(k);
+  TCN_CHECK(saved.plan != nullptr, "cuDNN LSTM backward without its forward's plan");
+  const LstmPlan& p = *static_cast<const LstmPlan*>(saved.plan);  // the forward's settings, whatever they are now
   TCN_CHECK(saved.reserve.defined(), "cuDNN: ", p.where, ": backward of a forward run without training mode");
-  const Tensor work = scratch(p.work_train, k.device);
-  const cudnnHandle_t h = handle(k.device);
+  const int device = x.device().index;
+  const Tensor work = scratch(p.work_train, device);
+  const cudnnHandle_t h = handle(device);
   const int32_t* lengths = static_cast<const int32_t*>(p.seq_lengths.raw_data());
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
   // Data first: it reads the reserve space forward wrote and leaves what the
@@ -563,7 +569,7 @@ void cudnn_lstm_backward(const Tensor& dx, const Tensor& dhx, const Tensor& dcx,
                                                          dspace.raw_data(), p.work_train, work.raw_data(),
                                                          p.reserve_train, saved.reserve.raw_data()));
   const Tensor grads[4] = {dw_ih, dw_hh, db_ih, db_hh};
-  move_pieces(p, dspace, grads, false, k.device);
+  move_pieces(p, dspace, grads, false, device);
 }
 
 #endif  // TCN_WITH_CUDNN

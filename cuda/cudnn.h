@@ -37,11 +37,16 @@ int64_t cudnn_version();
 // The algorithms are found by timing (cudnnFind*AlgorithmEx) on first use of a
 // shape and kept; with cuda_backends().deterministic only deterministic ones.
 // y = conv(x, w) + beta * y (beta 1: y holds the broadcast bias already).
-void cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64_t pad, int64_t dilation, double beta);
+// Returns the shape's plan (descriptors and algorithms, kept for the process),
+// which the backward passes of this call take: they run with the settings the
+// forward ran with, and never search for algorithms themselves.
+using CudnnConvPlan = const void*;
+CudnnConvPlan cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64_t pad, int64_t dilation,
+                                 double beta);
 // dx [B, L, Cin] = the input gradient from dy [B, Lout, Cout].
-void cudnn_conv_backward_data(const Tensor& dx, const Tensor& dy, const Tensor& w, int64_t pad, int64_t dilation);
+void cudnn_conv_backward_data(CudnnConvPlan plan, const Tensor& dx, const Tensor& dy, const Tensor& w);
 // dw [Cout, K, Cin] = the filter gradient from x and dy.
-void cudnn_conv_backward_filter(const Tensor& dw, const Tensor& x, const Tensor& dy, int64_t pad, int64_t dilation);
+void cudnn_conv_backward_filter(CudnnConvPlan plan, const Tensor& dw, const Tensor& x, const Tensor& dy);
 
 // ---- One LSTM layer over a whole sequence, PyTorch's parameters and gate order
 // (i, f, g, o): x [B, T, I], w_ih [4H, I], w_hh [4H, H], b_ih, b_hh [4H], hx, cx
@@ -49,8 +54,9 @@ void cudnn_conv_backward_filter(const Tensor& dw, const Tensor& x, const Tensor&
 // cuDNN's weight space (a few device copies) on each forward; that copy, and the
 // reserve space a training forward fills, are what backward needs.
 struct CudnnLstmSaved {
-  Tensor weights;  // the weight space used by forward
-  Tensor reserve;  // training only
+  Tensor weights;              // the weight space used by forward
+  Tensor reserve;              // training only
+  const void* plan = nullptr;  // the shape's descriptors (cuda/cudnn.cu), for backward
 };
 CudnnLstmSaved cudnn_lstm_forward(const Tensor& y, const Tensor& hy, const Tensor& cy, const Tensor& x,
                                   const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,

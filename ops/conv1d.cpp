@@ -175,28 +175,29 @@ ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
   Tensor wk = empty({geo.Cout, geo.K, geo.Cin}, {op_dtype, w.device()});
   copy_(wk, w.permute({0, 2, 1}));
   Tensor y;
+  cuda::CudnnConvPlan plan = nullptr;  // the shape's algorithms, which backward reuses
   if (!bf16) {
     y = empty({geo.B, Lout, geo.Cout}, x.options());
     if (b.defined()) copy_(y, b);  // broadcast over the rows; cuDNN adds onto it (beta 1)
-    TCN_CUDA_OP("conv1d", cuda::cudnn_conv_forward(y, xc, wk, pad, geo.d, b.defined() ? 1.0 : 0.0));
+    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(y, xc, wk, pad, geo.d, b.defined() ? 1.0 : 0.0));
   } else {
     Tensor yb = empty({geo.B, Lout, geo.Cout}, {op_dtype, x.device()});
-    TCN_CUDA_OP("conv1d", cuda::cudnn_conv_forward(yb, xc, wk, pad, geo.d, 0.0));
+    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(yb, xc, wk, pad, geo.d, 0.0));
     y = yb.to(x.dtype());
     if (b.defined()) add_(y, b);
   }
   const DType out_dtype = x.dtype();
-  return {y.narrow(1, 0, geo.L), [geo, xc, wk, pad, Lout, op_dtype, out_dtype](const Tensor& dy, bool need_x, bool need_w) {
+  return {y.narrow(1, 0, geo.L), [geo, xc, wk, plan, Lout, op_dtype, out_dtype](const Tensor& dy, bool need_x, bool need_w) {
             Tensor dyp = to_padded_rows(dy, 0, Lout, op_dtype);  // zeros in the rows past L
             Tensor dx, dw;
             if (need_x) {
               dx = empty(xc.shape(), xc.options());
-              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_data(dx, dyp, wk, pad, geo.d));
+              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_data(plan, dx, dyp, wk));
               dx = dx.to(out_dtype);
             }
             if (need_w) {
               Tensor dwk = empty(wk.shape(), wk.options());
-              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_filter(dwk, xc, dyp, pad, geo.d));
+              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_filter(plan, dwk, xc, dyp));
               dw = empty({geo.Cout, geo.Cin, geo.K}, {out_dtype, dwk.device()});
               copy_(dw, dwk.permute({0, 2, 1}));
             }
@@ -210,6 +211,11 @@ std::string cudnn_refusal(const ConvRows& geo, const Tensor& x) {
   if (x.dtype() != DType::F32) return std::string("cuDNN paths are float32 (or bf16 mixed precision), not ") +
                                       dtype_name(x.dtype());
   if (2 * geo.left < (geo.K - 1) * geo.d) return "left padding below half the receptive field (cuDNN pads both sides)";
+  if (geo.B == 0 || geo.L == 0) return "an empty batch";
+  // The legacy API's tensors hold fewer than 2^31 elements (32-bit sizes).
+  const int64_t rows = geo.B * (geo.L + 2 * geo.left), widest = std::max(geo.Cin, geo.Cout);
+  if (rows * widest >= (int64_t{1} << 31) || geo.Cout * geo.Cin * geo.K >= (int64_t{1} << 31))
+    return "a tensor of 2^31 elements or more (cuDNN's sizes are 32-bit)";
   return cuda::cudnn_unavailable_reason();
 }
 

@@ -11,6 +11,7 @@
 // dh_{t-1} = dG_t @ W_hh. Steps address their [B, ...] slices of the [B, T, ...]
 // buffers through the GEMM leading dimensions, so nothing is copied per step.
 // lstm_cell (composed in a loop) is this op's test oracle.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -258,6 +259,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_cudnn(const Tensor& x_in, const Te
             "], got ", w_ih.shape(), ", ", w_hh.shape(), ", ", b_ih.shape(), ", ", b_hh.shape());
   TCN_CHECK(h0_in.shape() == Shape({B, H}) && c0_in.shape() == Shape({B, H}), op, ": h0 and c0 must be [", B, ", ", H,
             "], got ", h0_in.shape(), " and ", c0_in.shape());
+  TCN_CHECK(B > 0 && B * Tn * std::max(I, 4 * H) < (int64_t{1} << 31), op, ": batch ", B, " x ", Tn,
+            " steps is empty or too large for cuDNN's 32-bit sizes");
   const std::string why = cuda::cudnn_unavailable_reason();
   TCN_CHECK(why.empty(), op, ": cuDNN is unavailable: ", why);
   auto c = [](const Tensor& t) { return t.detach().contiguous(); };
