@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "helpers.h"
+#include "tcn/nn/layers.h"
 #include "tcn/nn/module.h"
 
 namespace tcn::test {
@@ -69,6 +70,43 @@ inline void check_params_close(const std::vector<Tensor>& gpu, const std::vector
     REQUIRE(gpu[i].device().is_cuda());
     CHECK_CLOSE(gpu[i].to(Device::cpu()), cpu[i], atol, rtol);
   }
+}
+
+// The gradients of parameters (or inputs), in order; each must exist.
+inline std::vector<Tensor> grads(const std::vector<Tensor>& params) {
+  std::vector<Tensor> g;
+  for (const Tensor& p : params) {
+    REQUIRE(p.grad().defined());
+    g.push_back(p.grad());
+  }
+  return g;
+}
+
+// Two nn::LSTMs with equal weights, one on the CPU and one on CUDA, run on the
+// same input [B, T, E] from a given state [layers, B, H]; every output, the
+// final state, the gradients of the input and the state, and every parameter
+// gradient compared (the loss weighs outputs and state with random weights).
+inline void compare_lstm(nn::LSTM& cpu, nn::LSTM& gpu, int64_t B, int64_t T, uint64_t seed, double atol, double rtol) {
+  const int64_t E = cpu.input_size, H = cpu.hidden, L = cpu.layers;
+  Tensor x = rand_tensor({B, T, E}, seed, false, -1, 1, DType::F32);
+  Tensor h0 = rand_tensor({L, B, H}, seed + 1, false, -1, 1, DType::F32);
+  Tensor c0 = rand_tensor({L, B, H}, seed + 2, false, -1, 1, DType::F32);
+  Tensor w = rand_tensor({B, T, H}, seed + 3, false, -1, 1, DType::F32);
+  Tensor wh = rand_tensor({L, B, H}, seed + 4, false, -1, 1, DType::F32);
+  auto run = [&](nn::LSTM& m, Device dev) {
+    Tensor xd = x.detach().to(dev).requires_grad_(), hd = h0.detach().to(dev).requires_grad_();
+    Tensor cd = c0.detach().to(dev).requires_grad_();
+    auto [out, st] = m.forward(xd, nn::LSTM::State{hd, cd});
+    add(sum(mul(out, w.to(dev))), sum(mul(add(st.h, st.c), wh.to(dev)))).backward();
+    return std::vector<Tensor>{out.detach(), st.h.detach(), st.c.detach(), xd.grad(), hd.grad(), cd.grad()};
+  };
+  auto rc = run(cpu, Device::cpu()), rg = run(gpu, Device::cuda(0));
+  const char* names[] = {"output", "h_n", "c_n", "dx", "dh0", "dc0"};
+  for (size_t i = 0; i < rc.size(); ++i) {
+    INFO(names[i]);
+    CHECK_CLOSE(rg[i].to(Device::cpu()), rc[i], atol, rtol);
+  }
+  check_params_close(grads(gpu.parameters()), grads(cpu.parameters()), atol, rtol, "gradient of parameter");
 }
 
 // Two optimizers' state() (CUDA and CPU): the same names in the same order, close values.

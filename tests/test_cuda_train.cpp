@@ -19,22 +19,14 @@
 using namespace tcn;
 using tcn::test::check_params_close;
 using tcn::test::check_state_close;
+using tcn::test::compare_lstm;
+using tcn::test::grads;
 using tcn::test::rand_tensor;
 using tcn::test::TempDir;
 
 namespace {
 
 const Device kCuda = Device::cuda(0);
-
-
-std::vector<Tensor> grads(const std::vector<Tensor>& params) {
-  std::vector<Tensor> g;
-  for (const Tensor& p : params) {
-    REQUIRE(p.grad().defined());
-    g.push_back(p.grad());
-  }
-  return g;
-}
 
 // The same model built twice from one seed, the second moved to CUDA; a forward
 // and backward on each (dropout on: both draw the same masks), then the loss,
@@ -264,28 +256,11 @@ TEST_CASE("CUDA vs CPU: weight-normed Conv1d and Linear, forward and backward" *
 
 TEST_CASE("CUDA vs CPU: nn::LSTM at the reference size (B 32, H 700, emsize 100) with a given state" *
           doctest::skip(!cuda::is_available())) {
-  const int64_t B = 32, T = 4, E = 100, H = 700;
+  const int64_t E = 100, H = 700;
   Generator g1(41), g2(41);
   nn::LSTM cpu(E, H, 1, g1), gpu(E, H, 1, g2);
   gpu.to(kCuda);
-  Tensor x = rand_tensor({B, T, E}, 42, false, -1, 1, DType::F32);
-  Tensor h0 = rand_tensor({1, B, H}, 43, false, -1, 1, DType::F32), c0 = rand_tensor({1, B, H}, 44, false, -1, 1, DType::F32);
-  Tensor w = rand_tensor({B, T, H}, 45, false, -1, 1, DType::F32);
-  Tensor wh = rand_tensor({1, B, H}, 46, false, -1, 1, DType::F32);
-  auto run = [&](nn::LSTM& m, Device dev) {
-    Tensor xd = x.detach().to(dev).requires_grad_(), hd = h0.detach().to(dev).requires_grad_();
-    Tensor cd = c0.detach().to(dev).requires_grad_();
-    auto [out, st] = m.forward(xd, nn::LSTM::State{hd, cd});
-    add(sum(mul(out, w.to(dev))), sum(mul(add(st.h, st.c), wh.to(dev)))).backward();
-    return std::vector<Tensor>{out.detach(), st.h.detach(), st.c.detach(), xd.grad(), hd.grad(), cd.grad()};
-  };
-  auto rc = run(cpu, Device::cpu()), rg = run(gpu, kCuda);
-  const char* names[] = {"output", "h_n", "c_n", "dx", "dh0", "dc0"};
-  for (size_t i = 0; i < rc.size(); ++i) {
-    INFO(names[i]);
-    CHECK_CLOSE(rg[i].to(Device::cpu()), rc[i], 1e-6, 1e-4);
-  }
-  check_params_close(grads(gpu.parameters()), grads(cpu.parameters()), 1e-6, 1e-4, "gradient of parameter");
+  compare_lstm(cpu, gpu, 32, 4, 42, 1e-6, 1e-4);
 }
 
 TEST_CASE("CUDA vs CPU: whole char-LMs moved with Module::to, forward and backward" *

@@ -21,8 +21,8 @@
 #include "helpers.h"
 
 using namespace tcn;
-using tcn::test::check_params_close;
 using tcn::test::compare;
+using tcn::test::compare_lstm;
 using tcn::test::rand_tensor;
 
 namespace {
@@ -45,12 +45,6 @@ CudaBackends conv_on(ConvImpl c, bool deterministic = false) {
   b.conv = c;
   b.deterministic = deterministic;
   return b;
-}
-
-std::vector<Tensor> grads(const std::vector<Tensor>& params) {
-  std::vector<Tensor> g;
-  for (const Tensor& p : params) g.push_back(p.grad());
-  return g;
 }
 
 // Causal (left = (K-1)d, the TCN's) and centred (left = (K-1)d/2) convolutions.
@@ -188,26 +182,10 @@ TEST_CASE("cuDNN LSTM vs CPU: two layers with a given state, outputs and every g
   CudaBackends b;
   b.lstm = LstmImpl::Cudnn;
   Backends s(b);
-  const int64_t B = 4, T = 9, E = 10, H = 16;
   Generator g1(51), g2(51);
-  nn::LSTM cpu(E, H, 2, g1), gpu(E, H, 2, g2);
+  nn::LSTM cpu(10, 16, 2, g1), gpu(10, 16, 2, g2);
   gpu.to(kCuda);
-  Tensor x = rand_tensor({B, T, E}, 52, false, -1, 1, DType::F32);
-  Tensor h0 = rand_tensor({2, B, H}, 53, false, -1, 1, DType::F32), c0 = rand_tensor({2, B, H}, 54, false, -1, 1, DType::F32);
-  Tensor w = rand_tensor({B, T, H}, 55, false, -1, 1, DType::F32), wh = rand_tensor({2, B, H}, 56, false, -1, 1, DType::F32);
-  auto run = [&](nn::LSTM& m, Device dev) {
-    Tensor xd = x.to(dev).requires_grad_(), hd = h0.to(dev).requires_grad_(), cd = c0.to(dev).requires_grad_();
-    auto [out, st] = m.forward(xd, nn::LSTM::State{hd, cd});
-    add(sum(mul(out, w.to(dev))), sum(mul(add(st.h, st.c), wh.to(dev)))).backward();
-    return std::vector<Tensor>{out.detach(), st.h.detach(), st.c.detach(), xd.grad(), hd.grad(), cd.grad()};
-  };
-  auto rc = run(cpu, Device::cpu()), rg = run(gpu, kCuda);
-  const char* names[] = {"output", "h_n", "c_n", "dx", "dh0", "dc0"};
-  for (size_t i = 0; i < rc.size(); ++i) {
-    INFO(names[i]);
-    CHECK_CLOSE(rg[i].to(Device::cpu()), rc[i], 1e-6, 1e-4);
-  }
-  check_params_close(grads(gpu.parameters()), grads(cpu.parameters()), 1e-6, 1e-4, "gradient of parameter");
+  compare_lstm(cpu, gpu, 4, 9, 52, 1e-6, 1e-4);
 }
 
 TEST_CASE("cuDNN inside a captured training step: replays equal eager steps (TCN and LSTM)" * doctest::skip(kNoCudnn)) {
