@@ -38,11 +38,15 @@
 
 namespace tcn::cuda {
 
+namespace {
+constexpr const char* kEmulated = "the emulated CUDA device has no cuDNN (its paths run on a real GPU only)";
+}  // namespace
+
 #if !TCN_WITH_CUDNN
 
 std::string cudnn_unavailable_reason() {
 #ifdef TCN_CUDA_EMU
-  return "the emulated CUDA device has no cuDNN (its paths run on a real GPU only)";
+  return kEmulated;
 #else
   return "tcn was built without cuDNN (cudnn.h was not found at configure time)";
 #endif
@@ -77,17 +81,17 @@ namespace {
 // ---- the library ---------------------------------------------------------------------------------
 // Every cuDNN function tcn calls, looked up by name in libcudnn.so.9 (which
 // forwards to cuDNN's sub-libraries). The signatures come from cudnn.h.
-#define TCN_CUDNN_FUNCTIONS(X)                                                                                      \
-  X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnSetStream) X(cudnnCreateTensorDescriptor)          \
-  X(cudnnDestroyTensorDescriptor) X(cudnnSetTensor4dDescriptor) X(cudnnSetTensorNdDescriptor)                        \
-  X(cudnnGetTensorNdDescriptor) X(cudnnCreateFilterDescriptor) X(cudnnDestroyFilterDescriptor)                       \
-  X(cudnnSetFilter4dDescriptor) X(cudnnCreateConvolutionDescriptor) X(cudnnDestroyConvolutionDescriptor)             \
-  X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionMathType) X(cudnnGetConvolution2dForwardOutputDim)         \
-  X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx)                           \
-  X(cudnnFindConvolutionBackwardFilterAlgorithmEx) X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData)        \
-  X(cudnnConvolutionBackwardFilter) X(cudnnCreateDropoutDescriptor) X(cudnnSetDropoutDescriptor)                     \
-  X(cudnnCreateRNNDescriptor) X(cudnnSetRNNDescriptor_v8) X(cudnnGetRNNWeightSpaceSize)                              \
-  X(cudnnGetRNNWeightParams) X(cudnnGetRNNTempSpaceSizes) X(cudnnCreateRNNDataDescriptor)                            \
+#define TCN_CUDNN_FUNCTIONS(X)                                                                                 \
+  X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnSetStream)                                    \
+  X(cudnnCreateTensorDescriptor) X(cudnnDestroyTensorDescriptor) X(cudnnSetTensor4dDescriptor)                 \
+  X(cudnnSetTensorNdDescriptor) X(cudnnGetTensorNdDescriptor) X(cudnnCreateFilterDescriptor)                   \
+  X(cudnnSetFilter4dDescriptor) X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolution2dDescriptor)          \
+  X(cudnnSetConvolutionMathType) X(cudnnGetConvolution2dForwardOutputDim)                                       \
+  X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx)                      \
+  X(cudnnFindConvolutionBackwardFilterAlgorithmEx) X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData)   \
+  X(cudnnConvolutionBackwardFilter) X(cudnnCreateDropoutDescriptor) X(cudnnSetDropoutDescriptor)                \
+  X(cudnnCreateRNNDescriptor) X(cudnnSetRNNDescriptor_v8) X(cudnnGetRNNWeightSpaceSize)                         \
+  X(cudnnGetRNNWeightParams) X(cudnnGetRNNTempSpaceSizes) X(cudnnCreateRNNDataDescriptor)                       \
   X(cudnnSetRNNDataDescriptor) X(cudnnRNNForward) X(cudnnRNNBackwardData_v8) X(cudnnRNNBackwardWeights_v8)
 
 struct CudnnApi {
@@ -387,23 +391,22 @@ std::vector<WeightPiece> weight_pieces(const CudnnApi& a, cudnnHandle_t h, const
     }
     pieces.push_back({off, param, poff, bytes});
   };
+  void* bias_at[8] = {};
   for (int id = 0; id < 8; ++id) {
     const bool input = id < 4;
     const int64_t gate = id % 4, cols = input ? k.I : k.H;
     void* m = nullptr;
-    void* b = nullptr;
-    CUDNN_CHECK(p.where, a.cudnnGetRNNWeightParams(h, p.rnn, 0, p.weight_bytes, space.raw_data(), id, md, &m, bd, &b));
-    TCN_CHECK(m && b && numel(md) == k.H * cols && numel(bd) == k.H, "cuDNN: ", p.where, ": linear layer ", id,
-              " has a matrix of ", numel(md), " and a bias of ", numel(bd), " elements, expected ", k.H * cols, " and ",
-              k.H);
+    CUDNN_CHECK(p.where,
+                a.cudnnGetRNNWeightParams(h, p.rnn, 0, p.weight_bytes, space.raw_data(), id, md, &m, bd, &bias_at[id]));
+    TCN_CHECK(m && bias_at[id] && numel(md) == k.H * cols && numel(bd) == k.H, "cuDNN: ", p.where, ": linear layer ",
+              id, " has a matrix of ", numel(md), " and a bias of ", numel(bd), " elements, expected ", k.H * cols,
+              " and ", k.H);
     add(m, input ? LstmParam::WIh : LstmParam::WHh, gate * k.H * cols, k.H * cols);
   }
-  for (int id = 0; id < 8; ++id) {  // the biases after the matrices, so that each kind merges with its own
-    void* m = nullptr;
-    void* b = nullptr;
-    CUDNN_CHECK(p.where, a.cudnnGetRNNWeightParams(h, p.rnn, 0, p.weight_bytes, space.raw_data(), id, md, &m, bd, &b));
-    add(b, id < 4 ? LstmParam::BIh : LstmParam::BHh, (id % 4) * k.H, k.H);
-  }
+  // The biases after the matrices, so that each kind merges with its own.
+  for (int id = 0; id < 8; ++id) add(bias_at[id], id < 4 ? LstmParam::BIh : LstmParam::BHh, (id % 4) * k.H, k.H);
+  CUDNN_CHECK(p.where, a.cudnnDestroyTensorDescriptor(md));
+  CUDNN_CHECK(p.where, a.cudnnDestroyTensorDescriptor(bd));
   return pieces;
 }
 
@@ -454,13 +457,14 @@ LstmPlan& lstm_plan(const LstmKey& k) {
 }
 
 // Copies between our four parameters and cuDNN's weight space (to_space: into it).
-void move_pieces(const LstmPlan& p, const Tensor& space, const Tensor (&params)[4], bool to_space, int device) {
+void move_pieces(const LstmPlan& p, const Tensor& space, const Tensor (&params)[4], bool to_space) {
+  const cudaStream_t st = stream(space.device().index);
   char* s = static_cast<char*>(space.raw_data());
   for (const WeightPiece& w : p.pieces) {
     char* in_space = s + w.space_offset;
     char* in_param = static_cast<char*>(params[static_cast<int>(w.param)].raw_data()) + w.param_offset;
     CUDA_CHECK(cudaMemcpyAsync(to_space ? in_space : in_param, to_space ? in_param : in_space, w.bytes,
-                               cudaMemcpyDeviceToDevice, stream(device)));
+                               cudaMemcpyDeviceToDevice, st));
   }
 }
 
@@ -474,7 +478,7 @@ LstmKey lstm_key(const Tensor& x, int64_t H) {
 }  // namespace
 
 std::string cudnn_unavailable_reason() {
-  if (emulated()) return "the emulated CUDA device has no cuDNN (its paths run on a real GPU only)";
+  if (emulated()) return kEmulated;
   if (!is_available()) return "no GPU: " + unavailable_reason();
   const Loaded& l = loaded();
   return l.error;
@@ -530,7 +534,7 @@ CudnnLstmSaved cudnn_lstm_forward(const Tensor& y, const Tensor& hy, const Tenso
   saved.plan = &p;
   saved.weights = scratch(p.weight_bytes, k.device);
   const Tensor params[4] = {w_ih, w_hh, b_ih, b_hh};
-  move_pieces(p, saved.weights, params, true, k.device);
+  move_pieces(p, saved.weights, params, true);
   const size_t work_bytes = training ? p.work_train : p.work_infer;
   const size_t reserve_bytes = training ? p.reserve_train : p.reserve_infer;
   const Tensor work = scratch(work_bytes, k.device);
@@ -569,7 +573,7 @@ void cudnn_lstm_backward(const Tensor& dx, const Tensor& dhx, const Tensor& dcx,
                                                          dspace.raw_data(), p.work_train, work.raw_data(),
                                                          p.reserve_train, saved.reserve.raw_data()));
   const Tensor grads[4] = {dw_ih, dw_hh, db_ih, db_hh};
-  move_pieces(p, dspace, grads, false, device);
+  move_pieces(p, dspace, grads, false);
 }
 
 #endif  // TCN_WITH_CUDNN

@@ -61,6 +61,20 @@ inline Tensor rand_tensor(const Shape& shape, uint64_t seed, bool noncontig = fa
   return t;
 }
 
+// The char-LM tests' batch on `device`: 3 streams of 41 ids in [0, vocab) drawn
+// from Generator(seed); inp is the first 40 positions, tgt the 30 scored ones.
+struct CharBatch {
+  Tensor inp, tgt;
+};
+inline CharBatch random_char_batch(int64_t vocab, uint64_t seed, Device device) {
+  Generator g(seed);
+  std::vector<int64_t> ids;
+  for (double u : rand({3, 41}, {DType::F64}, g).to_vector<double>())
+    ids.push_back(static_cast<int64_t>(u * static_cast<double>(vocab)));
+  Tensor seq = from_vector<int64_t>(ids, {3, 41});
+  return {seq.narrow(1, 0, 40).contiguous().to(device), seq.narrow(1, 11, 30).contiguous().to(device)};
+}
+
 inline Tensor leaf(Tensor t) {
   t.requires_grad_(true);
   return t;

@@ -297,11 +297,8 @@ TEST_CASE("a steady CUDA training step makes no host synchronisation and no allo
     m->train();
     m->to(kCuda);
     nn::SGD opt(m->parameters(), 0.5);
-    Generator g(8);
-    std::vector<int64_t> ids;
-    for (double u : rand({3, 41}, {DType::F64}, g).to_vector<double>()) ids.push_back(static_cast<int64_t>(u * 11));
-    Tensor seq = from_vector<int64_t>(ids, {3, 41});
-    Tensor inp = seq.narrow(1, 0, 40).contiguous().to(kCuda), tgt = seq.narrow(1, 11, 30).contiguous().to(kCuda);
+    const test::CharBatch batch = test::random_char_batch(11, 8, kCuda);
+    const Tensor &inp = batch.inp, &tgt = batch.tgt;
     Tensor loss;
     auto step = [&] {
       opt.zero_grad();

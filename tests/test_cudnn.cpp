@@ -53,6 +53,20 @@ struct ConvCase {
 };
 const ConvCase kConvCases[] = {{2, 37, 5, 7, 3, 2, 4}, {3, 50, 16, 8, 2, 8, 8}, {2, 20, 6, 6, 3, 1, 1}};
 
+// x [B, L, Cin], w [Cout, Cin, K] and bias [Cout], float32 on the CPU, from seeds seed, seed+1, seed+2.
+TensorList conv_inputs(const ConvCase& c, uint64_t seed) {
+  return {rand_tensor({c.B, c.L, c.Cin}, seed, false, -1, 1, DType::F32),
+          rand_tensor({c.Cout, c.Cin, c.K}, seed + 1, false, -1, 1, DType::F32),
+          rand_tensor({c.Cout}, seed + 2, false, -1, 1, DType::F32)};
+}
+
+// conv1d with bias on CUDA (under the backends in force) against the CPU:
+// output and the three gradients, float32 tolerances.
+void compare_conv(const ConvCase& c, uint64_t seed) {
+  compare([&](const TensorList& in) { return conv1d(in[0], in[1], in[2], c.d, c.left); }, conv_inputs(c, seed), 1e-4,
+          1e-5);
+}
+
 }  // namespace
 
 TEST_SUITE("cuda") {
@@ -82,9 +96,8 @@ TEST_CASE("where cuDNN cannot run, the reason is given, and it is never availabl
 TEST_CASE("without cuDNN: conv1d auto is the GEMM path bit for bit; cudnn is an error naming the reason" *
           doctest::skip(!cuda::is_available() || !kNoCudnn)) {
   const ConvCase c = kConvCases[0];
-  Tensor x = rand_tensor({c.B, c.L, c.Cin}, 1, false, -1, 1, DType::F32).to(kCuda);
-  Tensor w = rand_tensor({c.Cout, c.Cin, c.K}, 2, false, -1, 1, DType::F32).to(kCuda);
-  Tensor b = rand_tensor({c.Cout}, 3, false, -1, 1, DType::F32).to(kCuda);
+  const TensorList in = conv_inputs(c, 1);
+  const Tensor x = in[0].to(kCuda), w = in[1].to(kCuda), b = in[2].to(kCuda);
   std::vector<float> gemm, autos;
   {
     Backends s(conv_on(ConvImpl::Gemm));
@@ -125,11 +138,7 @@ TEST_CASE("cuDNN conv1d vs CPU: float32 (strict), causal and centred, forward an
   Backends s(conv_on(ConvImpl::Cudnn));
   for (const ConvCase& c : kConvCases) {
     INFO("B ", c.B, " L ", c.L, " Cin ", c.Cin, " Cout ", c.Cout, " K ", c.K, " d ", c.d, " left ", c.left);
-    compare([&](const TensorList& in) { return conv1d(in[0], in[1], in[2], c.d, c.left); },
-            {rand_tensor({c.B, c.L, c.Cin}, 11, false, -1, 1, DType::F32),
-             rand_tensor({c.Cout, c.Cin, c.K}, 12, false, -1, 1, DType::F32),
-             rand_tensor({c.Cout}, 13, false, -1, 1, DType::F32)},
-            1e-4, 1e-5);
+    compare_conv(c, 11);
   }
 }
 
@@ -170,12 +179,7 @@ TEST_CASE("cuDNN conv1d with --deterministic repeats its gradients bit for bit" 
 TEST_CASE("conv1d auto on a GPU: chooses per shape, and its results stay within the chosen path's tolerance" *
           doctest::skip(kNoCudnn)) {
   Backends s(conv_on(ConvImpl::Auto));
-  const ConvCase c = kConvCases[0];
-  compare([&](const TensorList& in) { return conv1d(in[0], in[1], in[2], c.d, c.left); },
-          {rand_tensor({c.B, c.L, c.Cin}, 41, false, -1, 1, DType::F32),
-           rand_tensor({c.Cout, c.Cin, c.K}, 42, false, -1, 1, DType::F32),
-           rand_tensor({c.Cout}, 43, false, -1, 1, DType::F32)},
-          1e-4, 1e-5);
+  compare_conv(kConvCases[0], 41);
 }
 
 TEST_CASE("cuDNN LSTM vs CPU: two layers with a given state, outputs and every gradient" * doctest::skip(kNoCudnn)) {
@@ -207,11 +211,8 @@ TEST_CASE("cuDNN inside a captured training step: replays equal eager steps (TCN
       m->train();
       m->to(kCuda);
       nn::SGD opt(m->parameters(), 0.5);
-      Generator g(9);
-      std::vector<int64_t> ids;
-      for (double u : rand({3, 41}, {DType::F64}, g).to_vector<double>()) ids.push_back(static_cast<int64_t>(u * 11));
-      Tensor seq = from_vector<int64_t>(ids, {3, 41});
-      Tensor inp = seq.narrow(1, 0, 40).contiguous().to(kCuda), tgt = seq.narrow(1, 11, 30).contiguous().to(kCuda);
+      const test::CharBatch batch = test::random_char_batch(11, 9, kCuda);
+      const Tensor &inp = batch.inp, &tgt = batch.tgt;
       StepGraph graph(mode, kCuda, m->parameters());
       std::vector<float> l;
       for (int step = 0; step < 6; ++step) {

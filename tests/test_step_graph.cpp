@@ -48,12 +48,9 @@ struct Run {
     else
       opt = std::make_unique<nn::SGD>(model->parameters(), 0.5, 0.9);
     watch = std::make_unique<nn::LossWatch>(kCuda);
-    Generator g(8);
-    std::vector<int64_t> ids;
-    for (double u : rand({3, 41}, {DType::F64}, g).to_vector<double>()) ids.push_back(static_cast<int64_t>(u * 11));
-    Tensor seq = from_vector<int64_t>(ids, {3, 41});
-    inp = seq.narrow(1, 0, 40).contiguous().to(kCuda);
-    tgt = seq.narrow(1, 11, 30).contiguous().to(kCuda);
+    const test::CharBatch batch = test::random_char_batch(11, 8, kCuda);
+    inp = batch.inp;
+    tgt = batch.tgt;
   }
   // forward, backward, clipping, the watch and the gated update
   Tensor step(int64_t n) {
