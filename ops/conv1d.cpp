@@ -170,7 +170,7 @@ ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const
 // or converted from bfloat16 with the bias added (mixed precision).
 ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
   const DType op_dtype = bf16 ? DType::BF16 : x.dtype();
-  const int64_t pad = geo.left, Lout = geo.L + 2 * geo.left - (geo.K - 1) * geo.d;
+  const int64_t Lout = geo.L + 2 * geo.left - (geo.K - 1) * geo.d;  // cuDNN pads geo.left on both sides
   Tensor xc = x.to(op_dtype).contiguous();
   Tensor wk = empty({geo.Cout, geo.K, geo.Cin}, {op_dtype, w.device()});
   copy_(wk, w.permute({0, 2, 1}));
@@ -179,10 +179,10 @@ ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
   if (!bf16) {
     y = empty({geo.B, Lout, geo.Cout}, x.options());
     if (b.defined()) copy_(y, b);  // broadcast over the rows; cuDNN adds onto it (beta 1)
-    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(y, xc, wk, pad, geo.d, b.defined() ? 1.0 : 0.0));
+    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(y, xc, wk, geo.left, geo.d, b.defined() ? 1.0 : 0.0));
   } else {
     Tensor yb = empty({geo.B, Lout, geo.Cout}, {op_dtype, x.device()});
-    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(yb, xc, wk, pad, geo.d, 0.0));
+    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(yb, xc, wk, geo.left, geo.d, 0.0));
     y = yb.to(x.dtype());
     if (b.defined()) add_(y, b);
   }

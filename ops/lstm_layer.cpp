@@ -276,10 +276,10 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_cudnn(const Tensor& x_in, const Te
                        Tensor dx = empty(x.shape(), o), dh0 = empty(h0.shape(), o), dc0 = empty(c0.shape(), o);
                        Tensor dwih = empty(wih.shape(), o), dwhh = empty(whh.shape(), o);
                        Tensor dbih = empty({wih.size(0)}, o), dbhh = empty({wih.size(0)}, o);
-                       auto c = [](const Tensor& t) { return t.defined() ? t.contiguous() : t; };
                        TCN_CUDA_OP("lstm_layer_cudnn backward",
                                    cuda::cudnn_lstm_backward(dx, dh0, dc0, dwih, dwhh, dbih, dbhh, saved, x, h0, c0,
-                                                             y_saved, c(g[0]), c(g[1]), c(g[2])));
+                                                             y_saved, g[0].contiguous(), g[1].contiguous(),
+                                                             g[2].contiguous()));
                        return TensorList{dx, dwih, dwhh, dbih, dbhh, dh0, dc0};
                      });
   }
