@@ -81,7 +81,9 @@ TEST_CASE("profiler: the ops of a CPU step add up to the step's wall time within
   CHECK(conv_fwd);
   CHECK(conv_bwd);
   CHECK(sgd);
-  const std::string t = r.table();
+  // Every row (table() shows the 40 longest by default): under ASan this row
+  // ranks about 32nd, so the machine's noise could push it past the cut.
+  const std::string t = r.table(r.ops.size());
   CHECK(t.find("| conv1d | tcn.network.0.conv1 | forward |") != std::string::npos);
   CHECK(t.find("| tcn.network.1 |") != std::string::npos);
 }
