@@ -12,6 +12,7 @@ void Graph::reset() {
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   exec_ = graph_ = nullptr;
   nodes_ = 0;
+  kernels_ = gemms_ = 0;
 }
 
 void Graph::begin_capture(int device) {
@@ -20,11 +21,13 @@ void Graph::begin_capture(int device) {
   // Global mode: an unsafe call from any thread (a cudaMalloc, a synchronous
   // copy) fails the capture instead of silently escaping it.
   CUDA_CHECK(cudaStreamBeginCapture(stream(device), cudaStreamCaptureModeGlobal));
+  site::begin_capture();
 }
 
 std::string Graph::end_capture() {
   cudaGraph_t g = nullptr;
   cudaError_t e = cudaStreamEndCapture(stream(device_), &g);
+  const auto [kernels, gemms] = site::end_capture();
   if (e != cudaSuccess) {
     std::string why = cudaGetErrorString(e);
     cudaGetLastError();  // not sticky: the device is usable
@@ -44,12 +47,15 @@ std::string Graph::end_capture() {
     return why;
   }
   exec_ = exec;
+  kernels_ = kernels;
+  gemms_ = gemms;
   return "";
 }
 
 void Graph::launch() {
   TCN_CHECK(exec_, "cuda::Graph::launch: no graph captured");
   CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream(device_)));
+  site::graph_launch(kernels_, gemms_);
 }
 
 }  // namespace tcn::cuda

@@ -52,9 +52,15 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced);
 void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b);
 // Row-major C = op(A) @ op(B) + beta * C on device pointers of `dtype`, exactly
 // as cblas_?gemm(CblasRowMajor, ...) on the CPU (ops/cpu_blas.h). dtype BF16:
-// A and B bfloat16, C float32 (cublasGemmEx, float32 accumulation).
+// A and B bfloat16, C float32 (cublasGemmEx, float32 accumulation). With a
+// GemmBatch, `count` such products in one cuBLAS call (strided batched),
+// product i on A + i*stride_a, B + i*stride_b, C + i*stride_c (in elements; an
+// operand's stride may be 0, C's must keep the outputs apart).
+struct GemmBatch {
+  int64_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+};
 void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
-          int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
+          int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc, GemmBatch batch = {});
 // Checks on the device that every element of idx (int64, contiguous) is in
 // [0, bound), without a host synchronisation: the first one that is not is
 // recorded for cuda::raise_device_errors() (cuda/runtime.h), which the host

@@ -2,6 +2,7 @@
 // (core/caching_allocator.h), and host/device copies.
 #include "tcn/cuda/runtime.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -40,6 +41,21 @@ const Probe& probe() {
   return p;
 }
 
+// The call-site counters (cuda/common.h's site:: functions). Captured launches
+// and GEMMs go to the capture's own tally, which Graph keeps and adds per
+// launch. Relaxed atomics: a count, not an ordering.
+struct SiteCounts {
+  std::atomic<int64_t> launches{0}, kernels_run{0}, graph_launches{0}, gemms{0}, gemm_launches{0}, host_syncs{0},
+      allocations{0};
+  std::atomic<bool> capturing{false};  // Graph's capture is global: one at a time, process-wide
+  std::atomic<int64_t> captured_kernels{0}, captured_gemms{0};
+};
+SiteCounts& site_counts() {
+  static SiteCounts c;
+  return c;
+}
+void bump(std::atomic<int64_t>& v, int64_t n = 1) { v.fetch_add(n, std::memory_order_relaxed); }
+
 // cudaMalloc for one device, returning nullptr (not throwing) when the device
 // is out of memory, so the caching allocator can release its cache and retry.
 void* raw_cuda_malloc(int device, size_t n) {
@@ -49,7 +65,13 @@ void* raw_cuda_malloc(int device, size_t n) {
     cudaGetLastError();  // clear the error: out of memory is reported by the caller
     return nullptr;
   }
+  site::allocation();
   return p;
+}
+
+void raw_cuda_free(void* p) {
+  cudaFree(p);
+  site::host_sync();  // cudaFree waits for the device
 }
 
 std::mutex& allocators_mutex() {
@@ -85,7 +107,7 @@ Allocator* allocator(int index) {
   if (!all[index])
     all[index] = std::make_unique<CachingAllocator>(
         "cuda:" + std::to_string(index), [index](size_t n) { return raw_cuda_malloc(index, n); },
-        [](void* p) { cudaFree(p); }, ~size_t{0});
+        raw_cuda_free, ~size_t{0});
   return all[index].get();
 }
 
@@ -101,11 +123,17 @@ MemoryStats memory_stats(int index) {
 // Copies to and from the host wait for the device's earlier work, so they
 // raise what the device-side checks found meanwhile.
 void copy_host_to_device(void* dst, const void* src, size_t n) {
-  if (n) CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  if (n) {
+    CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+    site::host_sync();
+  }
   raise_device_errors();
 }
 void copy_device_to_host(void* dst, const void* src, size_t n) {
-  if (n) CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+  if (n) {
+    CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+    site::host_sync();
+  }
   raise_device_errors();
 }
 void copy_device_to_device(void* dst, const void* src, size_t n) {  // does not wait for the device
@@ -113,7 +141,61 @@ void copy_device_to_device(void* dst, const void* src, size_t n) {  // does not 
 }
 void synchronize() {
   CUDA_CHECK(cudaDeviceSynchronize());
+  site::host_sync();
   raise_device_errors();
+}
+
+namespace site {
+void kernel_launch() {
+  SiteCounts& c = site_counts();
+  if (c.capturing.load(std::memory_order_relaxed)) {
+    bump(c.captured_kernels);
+  } else {
+    bump(c.launches);
+    bump(c.kernels_run);
+  }
+}
+void gemm() {
+  SiteCounts& c = site_counts();
+  if (c.capturing.load(std::memory_order_relaxed)) {
+    bump(c.captured_gemms);
+  } else {
+    bump(c.gemm_launches);
+    bump(c.gemms);
+  }
+}
+void host_sync() { bump(site_counts().host_syncs); }
+void allocation() { bump(site_counts().allocations); }
+void begin_capture() {
+  SiteCounts& c = site_counts();
+  c.captured_kernels = 0;
+  c.captured_gemms = 0;
+  c.capturing = true;
+}
+std::pair<int64_t, int64_t> end_capture() {
+  SiteCounts& c = site_counts();
+  c.capturing = false;
+  return {c.captured_kernels.load(), c.captured_gemms.load()};
+}
+void graph_launch(int64_t kernels, int64_t gemms) {
+  SiteCounts& c = site_counts();
+  bump(c.graph_launches);
+  bump(c.kernels_run, kernels);
+  bump(c.gemms, gemms);
+}
+}  // namespace site
+
+DeviceCounters call_site_counters() {
+  const SiteCounts& c = site_counts();
+  DeviceCounters d;
+  d.launches = c.launches.load();
+  d.kernels_run = c.kernels_run.load();
+  d.graph_launches = c.graph_launches.load();
+  d.gemms = c.gemms.load();
+  d.gemm_launches = c.gemm_launches.load();
+  d.host_syncs = c.host_syncs.load();
+  d.allocations = c.allocations.load();
+  return d;  // queue_waits: a full launch queue is not a call of ours
 }
 
 #ifdef TCN_CUDA_EMU
@@ -132,8 +214,8 @@ DeviceCounters counters() {
   return d;
 }
 #else
-bool counters_available() { return false; }
-DeviceCounters counters() { return {}; }
+bool counters_available() { return true; }
+DeviceCounters counters() { return call_site_counters(); }
 #endif
 
 }  // namespace tcn::cuda

@@ -66,6 +66,7 @@ class Graph {
   void* exec_ = nullptr;   // cudaGraphExec_t
   int device_ = -1;
   size_t nodes_ = 0;
+  int64_t kernels_ = 0, gemms_ = 0;  // tcn's kernel launches and GEMMs captured: what one launch runs
 };
 
 // Timing marks on a device's stream, for the profiler (core/profile.h). mark()
@@ -110,10 +111,21 @@ void raise_device_errors();
 
 // How a stretch of work talked to the device: what `charlm bench --device cuda`
 // prints per step and what the tests of the GPU step check ("no host
-// synchronisation, no allocation in a steady step"). Counted by the emulated
-// device (TCN_CUDA=EMU), which sees every launch, copy, wait and cudaMalloc;
-// on a real GPU not counted yet (counters_available() is false; use Nsight
-// Systems there).
+// synchronisation, no allocation in a steady step").
+//
+// Two counts exist. The emulated device (TCN_CUDA=EMU) counts inside the CUDA
+// API it implements, so it sees every launch, copy, wait and cudaMalloc. tcn's
+// own call sites count too, in both builds: every kernel launch goes through
+// TCN_LAUNCH (cuda/common.h), every GEMM through cuda/gemm.cu, every graph
+// launch through Graph, and every host wait and cudaMalloc through
+// cuda/runtime.cu, cuda/timing.cu and cuda/thrust.cuh. counters() is the
+// emulator's count on the emulated device and the call sites' on a GPU;
+// call_site_counters() is always the call sites'. A test checks on every CI run
+// that the two agree on whole training steps, eager and captured, so the call
+// sites miss nothing of ours. What they cannot see on a GPU: the kernels a
+// library launches inside one call (a cuBLAS GEMM is counted as one GEMM, not
+// as its one or two kernels; cuDNN and NCCL calls not at all), a library's own
+// waits and allocations, and waits for a full launch queue (queue_waits is 0).
 struct DeviceCounters {
   int64_t launches = 0;        // kernels launched by the host (a graph's kernels not included)
   int64_t kernels_run = 0;     // kernels executed, a graph's included
@@ -147,7 +159,8 @@ struct DeviceCounters {
            f(allocations) + " allocations";
   }
 };
-bool counters_available();
+bool counters_available();  // true wherever CUDA is built in (false in a CPU-only build)
 DeviceCounters counters();
+DeviceCounters call_site_counters();
 
 }  // namespace tcn::cuda

@@ -19,11 +19,16 @@
 
 namespace tcn::cuda {
 
+// Either way, one host wait per algorithm (counted: cuda/runtime.h).
 #if defined(__CUDACC__)
-inline auto thrust_on(cudaStream_t s) { return thrust::cuda::par.on(s); }
+inline auto thrust_on(cudaStream_t s) {
+  site::host_sync();  // the algorithm's own wait at its end
+  return thrust::cuda::par.on(s);
+}
 #else
 inline auto thrust_on(cudaStream_t s) {
   CUDA_CHECK(cudaStreamSynchronize(s));
+  site::host_sync();
   return thrust::cpp::par;
 }
 #endif
@@ -39,6 +44,7 @@ inline void stable_sort_by_key(cudaStream_t s, int64_t* keys, int64_t* vals, int
   thrust::stable_sort_by_key(thrust_on(s), keys, keys + n, vals);
 #else
   CUDA_CHECK(cudaStreamSynchronize(s));
+  site::host_sync();
   std::vector<std::pair<int64_t, int64_t>> kv(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) kv[static_cast<size_t>(i)] = {keys[i], vals[i]};
   std::stable_sort(kv.begin(), kv.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -39,6 +39,7 @@ int32_t EventTimer::mark() {
 void EventTimer::collect() {
   if (pending_.empty()) return;
   CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(pending_.back())));
+  site::host_sync();
   for (void* e : pending_) {
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(origin_), static_cast<cudaEvent_t>(e)));

@@ -59,23 +59,32 @@ struct ConvRows {
 // into the buffers of `like` (its dtype and device). When `like` is bfloat16
 // (mixed precision), A and B are bfloat16 and C is float32. `bias` ([N], C's
 // dtype, or null) is added to every row of C; on the CPU the GEMM adds it as it
-// writes C, on a GPU C is first set to it.
+// writes C, on a GPU C is first set to it. A batch (strides in elements) is one
+// cuBLAS call on a GPU and a loop of GEMMs on the CPU.
 void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, const void* bias = nullptr) {
+             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, const void* bias = nullptr,
+             cuda::GemmBatch batch = {}) {
   if (like.device().is_cuda()) {
     TCN_CHECK(bias == nullptr, "conv1d: internal error: a CUDA GEMM with a bias");
-    TCN_CUDA_OP("conv1d", cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc));
+    TCN_CUDA_OP("conv1d",
+                cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, batch));
     return;
   }
-  if (like.dtype() == DType::BF16) {
-    cpu::gemm(ta, tb, M, N, K, static_cast<const bfloat16*>(A), lda, static_cast<const bfloat16*>(B), ldb,
-              static_cast<float>(beta), static_cast<float*>(C), ldc, static_cast<const float*>(bias));
-    return;
+  const size_t op_size = dtype_size(like.dtype()), out_size = like.dtype() == DType::BF16 ? 4 : op_size;
+  for (int64_t i = 0; i < batch.count; ++i) {
+    const void* a = static_cast<const char*>(A) + i * batch.stride_a * static_cast<int64_t>(op_size);
+    const void* b = static_cast<const char*>(B) + i * batch.stride_b * static_cast<int64_t>(op_size);
+    void* c = static_cast<char*>(C) + i * batch.stride_c * static_cast<int64_t>(out_size);
+    if (like.dtype() == DType::BF16) {
+      cpu::gemm(ta, tb, M, N, K, static_cast<const bfloat16*>(a), lda, static_cast<const bfloat16*>(b), ldb,
+                static_cast<float>(beta), static_cast<float*>(c), ldc, static_cast<const float*>(bias));
+      continue;
+    }
+    dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
+      cpu::gemm(ta, tb, M, N, K, static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, static_cast<T>(beta),
+                static_cast<T*>(c), ldc, static_cast<const T*>(bias));
+    });
   }
-  dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
-    cpu::gemm(ta, tb, M, N, K, static_cast<const T*>(A), lda, static_cast<const T*>(B), ldb, static_cast<T>(beta),
-              static_cast<T*>(C), ldc, static_cast<const T*>(bias));
-  });
 }
 
 // yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
@@ -100,14 +109,15 @@ void conv1d_forward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, 
 // dwt[j] = xp^T @ dyp per tap. dyp is zero in the padding rows.
 void conv1d_backward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& dyp, const Tensor& dxp,
                           const Tensor& dwt) {
-  for (int64_t j = 0; j < g.K; ++j) {
-    if (dxp.defined())  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
+  if (dxp.defined())  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
+    for (int64_t j = 0; j < g.K; ++j)
       gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, element_ptr(wt, j * g.Cin * g.Cout), g.Cout,
               j == 0 ? 0.0 : 1.0, element_ptr(dxp, j * g.d * g.Cin), g.Cin);
-    if (dwt.defined())
-      gemm_on(xp, true, false, g.Cin, g.Cout, g.M, element_ptr(xp, j * g.d * g.Cin), g.Cin, dyp.raw_data(), g.Cout, 0.0,
-              element_ptr(dwt, j * g.Cin * g.Cout), g.Cout);
-  }
+  // The taps' weight gradients write separate outputs, so they are one batched
+  // GEMM: tap j's A starts j*d rows further into xp, B (dyp) is shared.
+  if (dwt.defined())
+    gemm_on(xp, true, false, g.Cin, g.Cout, g.M, xp.raw_data(), g.Cin, dyp.raw_data(), g.Cout, 0.0, dwt.raw_data(),
+            g.Cout, nullptr, {.count = g.K, .stride_a = g.d * g.Cin, .stride_b = 0, .stride_c = g.Cin * g.Cout});
 }
 
 // Places x [B, L, C] at rows [left, left + L) of each batch of a [B, Lp, C]

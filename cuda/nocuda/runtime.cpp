@@ -40,5 +40,6 @@ void synchronize() {}
 void raise_device_errors() {}
 bool counters_available() { return false; }
 DeviceCounters counters() { return {}; }
+DeviceCounters call_site_counters() { return {}; }
 
 }  // namespace tcn::cuda

@@ -308,9 +308,8 @@ int run_bench(const BenchOptions& opts, const char*) {
     for (const Row& r : rows)
       if (r.framework == "tcn" && r.t.ok)
         std::printf("%s (%s) per step on %s: %s\n", r.kind.c_str(), r.precision.c_str(),
-                    cuda::counters_available() ? "the EMULATED device" : dev.str().c_str(),
-                    cuda::counters_available() ? r.t.device.per(r.t.counted_steps).c_str()
-                                               : "device counters not available on a GPU yet (use nsys)");
+                    cuda::emulated() ? "the EMULATED device" : (dev.str() + " (tcn's own calls)").c_str(),
+                    r.t.device.per(r.t.counted_steps).c_str());
     for (const Row& r : rows)
       if (r.framework == "tcn" && r.t.ok)
         std::printf("%s (%s) steps: %s\n", r.kind.c_str(), r.precision.c_str(), r.t.graph.c_str());
