@@ -5,7 +5,10 @@
 //
 // Inside the scope the GEMM-class ops (conv1d, mm / bmm and so Linear, the
 // LSTM's input projection) multiply bfloat16 copies of their float32 operands
-// and accumulate in float32; they return float32. Every other op (bias, ReLU,
+// and accumulate in float32; they return float32. conv1d's bias is part of its
+// GEMM (a row of the packed weights, ops/conv1d.cpp), so it is rounded to
+// bfloat16 with the weights, as PyTorch's autocast casts a conv's bias (on the
+// cuDNN path it is added in float32). Every other op (Linear's bias, ReLU,
 // dropout, weight norm, softmax / cross-entropy, reductions, the optimizer)
 // runs in float32 as always, and parameters, gradients and optimizer state stay
 // float32 (the master weights). The backward of an op recorded inside a scope

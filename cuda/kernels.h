@@ -81,10 +81,21 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 // dlogits [N, V] = scale * (softmax - onehot), scale = dloss / N read on the device.
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
                             const Tensor& targets);
-// out [B, Lp, C] (contiguous, x's dtype or bfloat16 from float32) = x [B, L, C]
-// (any strides) at rows [left, left + L) of each batch and zeros elsewhere:
-// conv1d's padded rows (converted to bf16 in one pass under mixed precision).
-void pad_rows(const Tensor& out, const Tensor& x, int64_t left);
+// out [B, Lp, C] (contiguous, x's dtype or bfloat16 from float32) = x [B, L, Cx]
+// (any strides, Cx <= C) at rows [left, left + L) of each batch and zeros
+// elsewhere; when C > Cx, column Cx all `extra` and the columns past it zeros:
+// conv1d's padded rows with the bias's column of ones (converted to bf16 in one
+// pass under mixed precision).
+void pad_rows(const Tensor& out, const Tensor& x, int64_t left, double extra = 0.0);
+// conv1d's GEMM operand wt [K, X, Cout] (contiguous; w's dtype or bfloat16 from
+// float32, X >= Cin + 1 with a bias) from w [Cout, Cin, K] (any strides) and the
+// bias [Cout] or none: wt[j, i, o] = w[o, i, j], row Cin the bias in tap 0 and
+// zeros in the others, rows past it zeros (ops/conv1d.cpp).
+void pack_conv_weights(const Tensor& wt, const Tensor& w, const Tensor& bias);
+// Its reverse for the gradients: dw [Cout, Cin, K] and db [Cout] (contiguous;
+// either may be undefined) from dwt [K, X, Cout]: dw[o, i, j] = dwt[j, i, o],
+// db = row Cin of dwt[0]; rows past Cin are not read.
+void unpack_conv_grads(const Tensor& dw, const Tensor& db, const Tensor& dwt, int64_t Cin);
 // Weight norm per row of v (R rows, contiguous, g [R] contiguous): w = g v / ||v||,
 // norm (float64 [R]) kept for backward; backward writes dv and/or dg (either
 // may be undefined) from dw. One block per row each way (ops/weight_norm.cpp).

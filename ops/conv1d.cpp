@@ -6,8 +6,8 @@
 // steps: a causal conv.
 //
 // The same code runs on the CPU (oneDNN or OpenBLAS) and on a GPU (cuBLAS): only
-// the GEMM call is device-specific; padding and copies are ordinary ops, and
-// the bias is the CPU GEMM's bias argument or, on a GPU, the rows' start value.
+// the GEMM call is device-specific; padding and packing are ordinary ops (one
+// kernel each on a GPU).
 //
 // The kernel is K accumulating GEMMs, one per tap, each over all B*T rows at
 // once. The input is copied once into a zero-padded buffer xp [B, Lp, Cin]
@@ -18,13 +18,26 @@
 // and the (K-1)*d rows per batch that fall in the padding are computed and
 // thrown away (2% extra work at the reference sizes, instead of B times more
 // GEMM calls). The result is a strided view of yp: no copy. Backward is the
-// same walk: dxp[j*d : j*d + M] += dyp[0:M] @ w_j, dw_j = xp[j*d : j*d + M]^T @ dyp[0:M].
+// same walk: dxp[j*d : j*d + M] += dyp[0:M] @ w_j, dw_j = xp[j*d : j*d + M]^T @ dyp[0:M],
+// the taps' dw_j in one batched GEMM (they write separate outputs).
+//
+// The bias rides in the GEMMs: xp gets one more column, of ones, and the packed
+// weights wt [K, X, Cout] one more row: the bias in tap 0, zeros in the
+// others. So tap 0 adds the bias as it multiplies, and row Cin of dw_0 is
+// ones^T @ dyp, the bias gradient (dyp is zero in the padding rows): no
+// broadcast before the forward GEMMs and no column sum after the backward ones
+// (on a GPU, 2 kernels per conv fewer). X, the rows' width, is Cin + 1 rounded
+// up to 16 elements (zero columns and rows), so each row of xp starts 64-byte
+// aligned: with X = 451 the CPU step was 5-9% slower than with the bias added
+// outside the GEMMs, with X = 464 within 3% (docs/gpu_step.md). Under mixed
+// precision the bias is then a bf16 operand like the weights, as in PyTorch's
+// autocast (core/autocast.h).
 //
 // On a GPU the same op can run on cuDNN instead (cuda/cudnn.h; which one:
 // core/backends.h): cuDNN pads symmetrically, so its output has
 // Lout = L + 2*left - (K-1)*d rows per batch and y is again a view of the first
 // L. The two paths sit behind one interface: a forward that returns y and the
-// backward that turns dy into (dx, dw). --conv_impl auto times both on first
+// backward that turns dy into (dx, dw, db). --conv_impl auto times both on first
 // use of a shape and keeps the faster (conv1d_auto below).
 #include <algorithm>
 #include <cmath>
@@ -57,15 +70,11 @@ struct ConvRows {
 
 // Row-major GEMM on the tensors' device: C = op(A) @ op(B) + beta * C, pointers
 // into the buffers of `like` (its dtype and device). When `like` is bfloat16
-// (mixed precision), A and B are bfloat16 and C is float32. `bias` ([N], C's
-// dtype, or null) is added to every row of C; on the CPU the GEMM adds it as it
-// writes C, on a GPU C is first set to it. A batch (strides in elements) is one
-// cuBLAS call on a GPU and a loop of GEMMs on the CPU.
+// (mixed precision), A and B are bfloat16 and C is float32. A batch (strides in
+// elements) is one cuBLAS call on a GPU and a loop of GEMMs on the CPU.
 void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, const void* bias = nullptr,
-             cuda::GemmBatch batch = {}) {
+             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, cuda::GemmBatch batch = {}) {
   if (like.device().is_cuda()) {
-    TCN_CHECK(bias == nullptr, "conv1d: internal error: a CUDA GEMM with a bias");
     TCN_CUDA_OP("conv1d",
                 cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, batch));
     return;
@@ -77,74 +86,111 @@ void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t
     void* c = static_cast<char*>(C) + i * batch.stride_c * static_cast<int64_t>(out_size);
     if (like.dtype() == DType::BF16) {
       cpu::gemm(ta, tb, M, N, K, static_cast<const bfloat16*>(a), lda, static_cast<const bfloat16*>(b), ldb,
-                static_cast<float>(beta), static_cast<float*>(c), ldc, static_cast<const float*>(bias));
+                static_cast<float>(beta), static_cast<float*>(c), ldc);
       continue;
     }
     dispatch_float(like.dtype(), "conv1d", [&]<class T>() {
       cpu::gemm(ta, tb, M, N, K, static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, static_cast<T>(beta),
-                static_cast<T*>(c), ldc, static_cast<const T*>(bias));
+                static_cast<T*>(c), ldc);
     });
   }
 }
 
-// yp rows [0, M) = bias + sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, Cin, Cout] contiguous.
-// Tap 0 overwrites the rows (beta 0) and brings the bias: on the CPU as the
-// GEMM's bias argument; on a GPU the rows start as the broadcast bias.
-void conv1d_forward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& bias, const Tensor& yp) {
-  const void* gemm_bias = nullptr;
-  double beta0 = 0.0;
-  if (bias.defined() && yp.device().is_cpu()) {
-    gemm_bias = bias.raw_data();
-  } else if (bias.defined()) {
-    copy_(yp.view({-1, g.Cout}).narrow(0, 0, g.M), bias);  // broadcast over the rows
-    beta0 = 1.0;
-  }
+// X: the row width of xp and wt (row_width below).
+// yp rows [0, M) = sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, X, Cout]
+// contiguous. Tap 0 overwrites the rows (beta 0), later taps accumulate.
+void conv1d_forward_rows(const ConvRows& g, int64_t X, const Tensor& xp, const Tensor& wt, const Tensor& yp) {
   for (int64_t j = 0; j < g.K; ++j)
-    gemm_on(xp, false, false, g.M, g.Cout, g.Cin, element_ptr(xp, j * g.d * g.Cin), g.Cin,
-            element_ptr(wt, j * g.Cin * g.Cout), g.Cout, j == 0 ? beta0 : 1.0, yp.raw_data(), g.Cout,
-            j == 0 ? gemm_bias : nullptr);
+    gemm_on(xp, false, false, g.M, g.Cout, X, element_ptr(xp, j * g.d * X), X, element_ptr(wt, j * X * g.Cout),
+            g.Cout, j == 0 ? 0.0 : 1.0, yp.raw_data(), g.Cout);
 }
 
-// dxp = sum_j dyp @ wt[j]^T, shifted by j*d rows (rows past M must be zero already);
-// dwt[j] = xp^T @ dyp per tap. dyp is zero in the padding rows.
-void conv1d_backward_rows(const ConvRows& g, const Tensor& xp, const Tensor& wt, const Tensor& dyp, const Tensor& dxp,
-                          const Tensor& dwt) {
+// dxp = sum_j dyp @ wt[j][0:Cin]^T, shifted by j*d rows (rows past M must be
+// zero already); dwt[j] = xp^T @ dyp per tap, row Cin of dwt[0] the bias
+// gradient. dyp is zero in the padding rows.
+void conv1d_backward_rows(const ConvRows& g, int64_t X, const Tensor& xp, const Tensor& wt, const Tensor& dyp,
+                          const Tensor& dxp, const Tensor& dwt) {
   if (dxp.defined())  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
     for (int64_t j = 0; j < g.K; ++j)
-      gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, element_ptr(wt, j * g.Cin * g.Cout), g.Cout,
+      gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, element_ptr(wt, j * X * g.Cout), g.Cout,
               j == 0 ? 0.0 : 1.0, element_ptr(dxp, j * g.d * g.Cin), g.Cin);
   // The taps' weight gradients write separate outputs, so they are one batched
   // GEMM: tap j's A starts j*d rows further into xp, B (dyp) is shared.
   if (dwt.defined())
-    gemm_on(xp, true, false, g.Cin, g.Cout, g.M, xp.raw_data(), g.Cin, dyp.raw_data(), g.Cout, 0.0, dwt.raw_data(),
-            g.Cout, nullptr, {.count = g.K, .stride_a = g.d * g.Cin, .stride_b = 0, .stride_c = g.Cin * g.Cout});
+    gemm_on(xp, true, false, X, g.Cout, g.M, xp.raw_data(), X, dyp.raw_data(), g.Cout, 0.0, dwt.raw_data(), g.Cout,
+            {.count = g.K, .stride_a = g.d * X, .stride_b = 0, .stride_c = X * g.Cout});
 }
 
-// Places x [B, L, C] at rows [left, left + L) of each batch of a [B, Lp, C]
-// buffer of `dtype` whose other rows are zero (only those rows are written
-// twice); for mixed precision the copy is also the conversion to bfloat16.
-Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype) {
-  const int64_t L = x.size(1);
-  if (Lp == L && x.is_contiguous()) return x.to(dtype);  // no padding (a 1x1 conv): x as it is, or one conversion
-  Tensor p = empty({x.size(0), Lp, x.size(2)}, {dtype, x.device()});
+// Places x [B, L, C] at rows [left, left + L) of each batch of a [B, Lp, X]
+// buffer of `dtype` (X >= C; 0: X = C) whose other rows are zero; when X > C,
+// column C is all ones (the bias's) and the columns past it zeros. For mixed
+// precision the copy is also the conversion to bfloat16.
+Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype, int64_t X = 0) {
+  const int64_t L = x.size(1), C = x.size(2);
+  if (X == 0) X = C;
+  if (Lp == L && X == C && x.is_contiguous()) return x.to(dtype);  // a 1x1 conv's rows as they are (or converted)
+  Tensor p = empty({x.size(0), Lp, X}, {dtype, x.device()});
   if (x.device().is_cuda() && (dtype == x.dtype() || (dtype == DType::BF16 && x.dtype() == DType::F32))) {
-    // one kernel for the zeros and the copy (and the conversion to bf16)
-    TCN_CUDA_OP("conv1d", cuda::pad_rows(p, x, left));
+    // one kernel for the zeros, the ones and the copy (and the conversion to bf16)
+    TCN_CUDA_OP("conv1d", cuda::pad_rows(p, x, left, 1.0));
     return p;
   }
-  if (left > 0) zero_(p.narrow(1, 0, left));
-  if (Lp > left + L) zero_(p.narrow(1, left + L, Lp - left - L));
-  copy_(p.narrow(1, left, L), x);
+  Tensor rows = p.narrow(2, 0, C);
+  if (left > 0) zero_(rows.narrow(1, 0, left));
+  if (Lp > left + L) zero_(rows.narrow(1, left + L, Lp - left - L));
+  copy_(rows.narrow(1, left, L), x);
+  if (X > C) fill_(p.narrow(2, C, 1), 1.0);
+  if (X > C + 1) zero_(p.narrow(2, C + 1, X - C - 1));
   return p;
 }
 
+// wt [K, X, Cout] (dtype) from w [Cout, Cin, K] and the bias [Cout] (or none):
+// wt[j, i, o] = w[o, i, j]; row Cin the bias in tap 0 and zeros in the others,
+// rows past it zeros. One kernel on a GPU.
+Tensor pack_weights(const Tensor& w, const Tensor& bias, int64_t X, DType dtype) {
+  const int64_t Cout = w.size(0), Cin = w.size(1), K = w.size(2);
+  Tensor wt = empty({K, X, Cout}, {dtype, w.device()});
+  if (w.device().is_cuda()) {
+    TCN_CUDA_OP("conv1d", cuda::pack_conv_weights(wt, w, bias));
+    return wt;
+  }
+  copy_(wt.narrow(1, 0, Cin), w.permute({2, 1, 0}));
+  if (X > Cin) zero_(wt.narrow(1, Cin, X - Cin));
+  if (bias.defined()) copy_(wt.narrow(0, 0, 1).narrow(1, Cin, 1).squeeze(0).squeeze(0), bias);
+  return wt;
+}
+
+// The row width of xp and wt: Cin, or with a bias Cin + 1 rounded up to 16
+// elements, so that xp's rows start 64-byte aligned (the GEMMs' A operand).
+// Without a bias a 1x1 conv multiplies x as it is, so its width stays Cin.
+int64_t row_width(int64_t Cin, bool bias) { return bias ? (Cin + 1 + 15) / 16 * 16 : Cin; }
+
 // What an implementation gives the op: y [B, L, Cout] (x's dtype) and the
-// function that computes (dx, dw) from dy; dx [B, L, Cin] and dw [Cout, Cin, K]
-// are computed only where asked for (need_x, need_w).
+// function that computes the gradients from dy: dx [B, L, Cin], dw [Cout, Cin, K]
+// and db [Cout], each only where asked for.
+struct ConvGrads {
+  Tensor dx, dw, db;
+};
 struct ConvOut {
   Tensor y;
-  std::function<std::pair<Tensor, Tensor>(const Tensor& dy, bool need_x, bool need_w)> backward;
+  std::function<ConvGrads(const Tensor& dy, bool need_x, bool need_w, bool need_b)> backward;
 };
+
+// dw [Cout, Cin, K] and db [Cout] out of the packed gradient dwt [K, X, Cout]
+// (pack_weights' layout), each only if asked for; one kernel on a GPU. db gets
+// its own buffer: a bias's .grad() must not share storage (autograd clones a
+// view).
+void unpack_grads(const Tensor& dwt, const ConvRows& geo, bool need_w, bool need_b, ConvGrads& g) {
+  if (!need_w && !need_b) return;
+  if (need_w) g.dw = empty({geo.Cout, geo.Cin, geo.K}, dwt.options());
+  if (need_b) g.db = empty({geo.Cout}, dwt.options());
+  if (dwt.device().is_cuda()) {
+    TCN_CUDA_OP("conv1d backward", cuda::unpack_conv_grads(g.dw, g.db, dwt, geo.Cin));
+    return;
+  }
+  if (need_w) copy_(g.dw, dwt.narrow(1, 0, geo.Cin).permute({2, 1, 0}));
+  if (need_b) copy_(g.db, dwt.narrow(0, 0, 1).narrow(1, geo.Cin, 1).squeeze(0).squeeze(0));
+}
 
 // The GEMM path (above): K accumulating GEMMs per pass over padded rows.
 ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
@@ -152,26 +198,28 @@ ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const
   // output, the bias and the gradients in float32. The bf16 copies are also
   // what backward keeps, at half the memory.
   const DType op_dtype = bf16 ? DType::BF16 : x.dtype();  // of the GEMM operands
-  Tensor xp = to_padded_rows(x, geo.left, geo.Lp, op_dtype);
-  // [K, Cin, Cout]: each tap a GEMM operand (permuted and converted in one copy).
-  Tensor wt = empty({geo.K, geo.Cin, geo.Cout}, {op_dtype, w.device()});
-  copy_(wt, w.permute({2, 1, 0}));
+  const int64_t X = row_width(geo.Cin, b.defined());
+  Tensor xp = to_padded_rows(x, geo.left, geo.Lp, op_dtype, X);
+  Tensor wt = pack_weights(w, b, X, op_dtype);  // [K, X, Cout]: each tap a GEMM operand
   Tensor yp = empty({geo.B, geo.Lp, geo.Cout}, x.options());
-  conv1d_forward_rows(geo, xp, wt, b, yp);
+  conv1d_forward_rows(geo, X, xp, wt, yp);
   const TensorOptions out_opts = x.options();
   return {yp.narrow(1, 0, geo.L),  // the valid rows of each batch; a view
-          [geo, xp, wt, bf16, out_opts](const Tensor& dy, bool need_x, bool need_w) {
+          [geo, X, xp, wt, bf16, out_opts](const Tensor& dy, bool need_x, bool need_w, bool need_b) {
             Tensor dyp = to_padded_rows(dy, 0, geo.Lp, bf16 ? DType::BF16 : dy.dtype());
             // Tap 0 writes rows [0, M) with beta = 0, so only the tail needs zeros.
             Tensor dxp;
             if (need_x) {
-              dxp = empty(xp.shape(), out_opts);
+              dxp = empty({geo.B, geo.Lp, geo.Cin}, out_opts);
               zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
             }
-            Tensor dwt = need_w ? empty(wt.shape(), out_opts) : Tensor();
-            conv1d_backward_rows(geo, xp, wt, dyp, dxp, dwt);
-            return std::pair{need_x ? dxp.narrow(1, geo.left, geo.L) : Tensor(),
-                             need_w ? dwt.permute({2, 1, 0}).contiguous() : Tensor()};
+            // The bias gradient is a row of dwt, so a bias gradient computes dwt too.
+            Tensor dwt = need_w || need_b ? empty(wt.shape(), out_opts) : Tensor();
+            conv1d_backward_rows(geo, X, xp, wt, dyp, dxp, dwt);
+            ConvGrads g;
+            if (need_x) g.dx = dxp.narrow(1, geo.left, geo.L);
+            unpack_grads(dwt, geo, need_w, need_b, g);
+            return g;
           }};
 }
 
@@ -197,7 +245,8 @@ ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
     if (b.defined()) add_(y, b);
   }
   const DType out_dtype = x.dtype();
-  return {y.narrow(1, 0, geo.L), [geo, xc, wk, plan, Lout, op_dtype, out_dtype](const Tensor& dy, bool need_x, bool need_w) {
+  return {y.narrow(1, 0, geo.L),
+          [geo, xc, wk, plan, Lout, op_dtype, out_dtype](const Tensor& dy, bool need_x, bool need_w, bool need_b) {
             Tensor dyp = to_padded_rows(dy, 0, Lout, op_dtype);  // zeros in the rows past L
             Tensor dx, dw;
             if (need_x) {
@@ -211,7 +260,7 @@ ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
               dw = empty({geo.Cout, geo.Cin, geo.K}, {out_dtype, dwk.device()});
               copy_(dw, dwk.permute({0, 2, 1}));
             }
-            return std::pair{dx, dw};
+            return ConvGrads{dx, dw, need_b ? sum(dy, {0, 1}) : Tensor()};
           }};
 }
 
@@ -257,7 +306,7 @@ ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
   };
   struct Run {
     double ms = 0;
-    Tensor y, dx, dw;
+    Tensor y, dx, dw, db;
   };
   Generator own(20261205);  // not the default generator: choosing must not move the run's random stream
   Tensor dy = rand({geo.B, geo.L, geo.Cout}, x.options(), own);
@@ -267,10 +316,10 @@ ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
     for (int rep = 0; rep < 4; ++rep) {
       const int32_t start = timer.mark();
       ConvOut out = impl(geo, x, w, b, bf16);
-      auto [dx, dw] = out.backward(dy, true, true);
+      ConvGrads g = out.backward(dy, true, true, b.defined());
       const int32_t end = timer.mark();
       if (rep == 0) continue;  // warm-up
-      r.y = out.y, r.dx = dx, r.dw = dw;
+      r.y = out.y, r.dx = g.dx, r.dw = g.dw, r.db = g.db;
       timer.collect();
       r.ms += (timer.ms(end) - timer.ms(start)) / 3;
     }
@@ -286,7 +335,9 @@ ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
   // Largest difference relative to the largest value, per output.
   const double tol = bf16 || autocast_tf32() ? 2e-2 : 1e-3;
   double worst = 0;
-  for (auto [a, c] : {std::pair{gemm_run.y, cudnn_run.y}, {gemm_run.dx, cudnn_run.dx}, {gemm_run.dw, cudnn_run.dw}}) {
+  for (auto [a, c] : {std::pair{gemm_run.y, cudnn_run.y}, {gemm_run.dx, cudnn_run.dx}, {gemm_run.dw, cudnn_run.dw},
+                      {gemm_run.db, cudnn_run.db}}) {
+    if (!a.defined()) continue;  // no bias
     const std::vector<float> va = a.contiguous().to(Device::cpu()).to_vector<float>();
     const std::vector<float> vc = c.contiguous().to(Device::cpu()).to_vector<float>();
     double big = 1e-30, diff = 0;
@@ -355,8 +406,8 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
     autograd::record("conv1d", {x_in, w, bias}, {out.y},
                      [backward = out.backward, need_x, need_w, need_b](const TensorList& g) {
-                       auto [dx, dw] = backward(g[0], need_x, need_w);
-                       return TensorList{dx, dw, need_b ? sum(g[0], {0, 1}) : Tensor()};
+                       ConvGrads d = backward(g[0], need_x, need_w, need_b);
+                       return TensorList{d.dx, d.dw, d.db};
                      });
   }
   return out.y;

@@ -80,7 +80,7 @@ TEST_CASE("conv1d and mm in bf16 equal float32 on bf16-rounded operands, and dif
   Tensor w = test::rand_tensor({20, 24, 3}, 2, false, -0.3, 0.3, DType::F32);
   Tensor b = test::rand_tensor({20}, 3, false, -1, 1, DType::F32);
   Tensor fp32 = conv1d(x, w, b, 2, 4);
-  Tensor want = conv1d(rounded(x), rounded(w), b, 2, 4);
+  Tensor want = conv1d(rounded(x), rounded(w), rounded(b), 2, 4);  // the bias rides in the GEMM: bf16 too
   Tensor got;
   {
     Autocast bf16(Precision::BF16);

@@ -70,6 +70,11 @@ TEST_CASE("CUDA vs CPU: layer primitives" * doctest::skip(kNoGpu)) {
     Tensor bias = rand_tensor({6}, 9, false, -1, 1, dt);
     compare([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 2, 4); }, {x, w, bias}, rtol);
     compare([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 1, 1); }, {x, w, bias}, rtol);
+    compare([](const TensorList& v) { return conv1d(v[0], v[1], Tensor(), 2, 4); }, {x, w}, rtol);  // no bias
+    compare([](const TensorList& v) { return conv1d(v[0], v[1].detach(), v[2], 2, 4); }, {x, w, bias}, rtol);
+    Tensor w1t = rand_tensor({5, 6, 1}, 22, false, -1, 1, dt);  // 1x1, the weight a strided view [6, 5, 1]
+    compare([](const TensorList& v) { return conv1d(v[0], v[1].permute({1, 0, 2}), v[2], 1, 0); }, {x, w1t, bias},
+            rtol);
     compare([](const TensorList& v) { return weight_norm(v[0], v[1]); },
             {rand_tensor({6, 5, 3}, 18, false, -1, 1, dt), rand_tensor({6, 1, 1}, 19, false, 0.5, 2, dt)}, rtol);
     compare([](const TensorList& v) { return weight_norm(v[0], v[1]); },  // rows longer than a block

@@ -153,6 +153,8 @@ TEST_CASE("conv1d: causal, dilated, 'same' padding, 1x1, no bias") {
   check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], Tensor(), 2, 2); }, {x, w});  // symmetric
   Tensor w1 = leaf(rand_tensor({5, 3, 1}, 33));
   check_gradients([](const TensorList& v) { return conv1d(v[0], v[1], v[2], 1, 0); }, {x, w1, leaf(rand_tensor({5}, 34))});
+  // A frozen weight: the bias gradient (a row of the packed weight gradient) is still computed.
+  check_gradients([w](const TensorList& v) { return conv1d(v[0], w.detach(), v[1], 2, 4); }, {x, b});
 }
 
 TEST_CASE("cross_entropy on a narrowed window") {
