@@ -23,7 +23,7 @@
 namespace tcn::cuda {
 
 enum class UnaryOp { Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow, AddScalar, MulScalar, Minimum };
-enum class BinaryOp { Add, Sub, Mul, Div };
+enum class BinaryOp { Add, Sub, Mul, Div, AddRelu };
 
 // y = op(x), y contiguous with x's shape. `param` is the exponent or the scalar.
 void unary_forward(UnaryOp op, double param, const Tensor& y, const Tensor& x);
@@ -113,6 +113,14 @@ void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, 
 // keep is read from the forward output instead (y > 0).
 void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed, uint64_t start, const Tensor& base,
                       const Tensor& y);
+// A TCN block's tail (ops/dropout.cpp, relu_dropout_add_relu): z = relu(relu(x)
+// * keep * scale + res), keep as in dropout_forward; x and res of at most 3 dims,
+// any strides, same shape; z contiguous. Backward: dres = g * (z > 0), dx = dres
+// * keep * scale * (x > 0), the keep flags drawn again; dx and dres contiguous.
+void dropout_add_relu_forward(const Tensor& z, const Tensor& x, const Tensor& res, double p, uint64_t seed,
+                              uint64_t start, const Tensor& base);
+void dropout_add_relu_backward(const Tensor& dx, const Tensor& dres, const Tensor& g, const Tensor& x, const Tensor& z,
+                               double p, uint64_t seed, uint64_t start, const Tensor& base);
 // LSTM cell on B rows of a [B, T, ...] layout at step t (see ops/lstm_layer.cpp):
 // act holds the gate pre-activations of step t on entry and (i, f, g, o) on exit.
 void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t);

@@ -1,8 +1,12 @@
 // Sums over any set of dims, accumulating in double, deterministic (a fixed
 // assignment of elements to threads and a fixed tree). Short reductions: one
-// thread per output. Long ones (a full sum, a bias gradient over B*T rows): one
-// block per output, its threads striding over the reduced elements, then a
-// shared-memory tree.
+// thread per output. Long ones: when the outputs lie next to each other in
+// memory (a bias gradient: the column sums of [B*T, C]), a block takes 32 of
+// them, a warp's 32 threads reading 32 neighbours of one row at a time, so each
+// load is coalesced; otherwise (a full sum, a row sum) one block per output, its
+// threads striding over the reduced elements. Either way a shared-memory tree
+// finishes. Neighbouring dims that step as one are merged first, so each
+// element's offset takes fewer divisions.
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/device.cuh"
 #include "tcn/cuda/kernels.h"
@@ -40,6 +44,29 @@ __global__ void sum_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_out,
 
 constexpr int kBlock = 256;
 
+// Columns: block (32, kColumnRows) takes outputs [32 * blockIdx.x, + 32), thread
+// (x, y) sums reduced elements y, y + kColumnRows, ... of output x; then a tree over y.
+constexpr int kColumnRows = 32;
+template <class T>
+__global__ void sum_columns_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_out, int64_t n_red) {
+  __shared__ double sh[kColumnRows][33];  // 33: no bank conflicts in the tree's column reads
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int64_t o = blockIdx.x * int64_t(32) + x;
+  double acc = 0;
+  if (o < n_out) {
+    const T* base = in + offset_of(o, g.kept_rank, g.kept_sizes, g.kept_strides);
+    for (int64_t r = y; r < n_red; r += kColumnRows)
+      acc += base[offset_of(r, g.red_rank, g.red_sizes, g.red_strides)];
+  }
+  sh[y][x] = acc;
+  __syncthreads();
+  for (int half = kColumnRows / 2; half > 0; half /= 2) {
+    if (y < half) sh[y][x] += sh[y + half][x];
+    __syncthreads();
+  }
+  if (y == 0 && o < n_out) out[o] = static_cast<T>(sh[0][x]);
+}
+
 template <class T>
 __global__ void sum_block_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_red) {
   __shared__ double sh[kBlock];
@@ -63,6 +90,24 @@ __global__ void max_kernel(T* values, int64_t* indices, const T* in, ReduceGeome
     values[o] = base[best * stride];
     indices[o] = best;
   }
+}
+
+// Merges neighbouring entries of a (sizes, strides) list that step as one
+// (strides[i] == strides[i + 1] * sizes[i + 1]); offset_of then visits the same
+// elements in the same order with fewer divisions.
+void merge_dims(int& rank, int64_t* sizes, int64_t* strides) {
+  int r = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (r > 0 && strides[r - 1] == strides[i] * sizes[i]) {
+      sizes[r - 1] *= sizes[i];
+      strides[r - 1] = strides[i];
+    } else {
+      sizes[r] = sizes[i];
+      strides[r] = strides[i];
+      ++r;
+    }
+  }
+  rank = r;
 }
 
 }  // namespace
@@ -108,7 +153,22 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced) {
     }
   }
   if (n_out == 0) return;
+  merge_dims(g.kept_rank, g.kept_sizes, g.kept_strides);
+  merge_dims(g.red_rank, g.red_sizes, g.red_strides);
   cudaStream_t s = stream(x.device().index);
+  const bool columns = g.kept_rank > 0 && g.kept_strides[g.kept_rank - 1] == 1;  // neighbouring outputs, neighbours in memory
+  if (n_red >= 1024 && columns && (n_out + 31) / 32 <= (int64_t{1} << 31) - 1) {
+    const dim3 block(32, kColumnRows);
+    const unsigned grid = static_cast<unsigned>((n_out + 31) / 32);
+    if (x.dtype() == DType::F32)
+      TCN_LAUNCH(grid, block, 0, s, sum_columns_kernel<float>)(
+          static_cast<float*>(out.raw_data()), static_cast<const float*>(x.raw_data()), g, n_out, n_red);
+    else
+      TCN_LAUNCH(grid, block, 0, s, sum_columns_kernel<double>)(
+          static_cast<double*>(out.raw_data()), static_cast<const double*>(x.raw_data()), g, n_out, n_red);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   if (n_red >= 1024 && n_out <= (int64_t{1} << 31) - 1) {
     if (x.dtype() == DType::F32)
       TCN_LAUNCH(static_cast<unsigned>(n_out), kBlock, 0, s, sum_block_kernel<float>)(

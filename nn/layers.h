@@ -83,6 +83,11 @@ class Dropout : public Module {
     const auto scope = profile_scope();
     return is_training() && p > 0 ? relu_dropout(x, p, *gen_) : relu(x);
   }
+  // relu(forward(relu(x)) + res): a residual block's tail, the three fused in training mode.
+  Tensor forward_relu_add_relu(const Tensor& x, const Tensor& res) const {
+    const auto scope = profile_scope();
+    return is_training() && p > 0 ? relu_dropout_add_relu(x, res, p, *gen_) : add_relu(relu(x), res);
+  }
   double p;
 
  private:

@@ -28,10 +28,10 @@ Tensor TemporalBlock::forward(const Tensor& x, int64_t x_start, int64_t out_star
   // conv1 over x: its first s outputs lack history when x is a suffix; keep from mid.
   const int64_t mid = x_start == 0 ? std::max<int64_t>(0, out_start - s) : out_start - s;
   Tensor h = dropout1->forward_relu(conv1->forward(x).narrow(1, mid - x_start, T - mid));  // dropout(relu(.)), fused
-  h = dropout2->forward_relu(conv2->forward(h).narrow(1, out_start - mid, T - out_start));
+  Tensor y2 = conv2->forward(h).narrow(1, out_start - mid, T - out_start);
   Tensor xs = x.narrow(1, out_start - x_start, T - out_start);
   Tensor res = downsample ? downsample->forward(xs) : xs;
-  return relu(add(h, res));
+  return dropout2->forward_relu_add_relu(y2, res);  // relu(dropout(relu(y2)) + res), fused
 }
 
 TemporalConvNet::TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double p,

@@ -1,4 +1,4 @@
-// add, sub, mul, div with NumPy broadcasting. Backward sums each gradient back
+// add, sub, mul, div (and add_relu) with NumPy broadcasting. Backward sums each gradient back
 // to its input's shape (sum_to), the inverse of broadcasting.
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/cpu_map.h"
@@ -61,6 +61,18 @@ Tensor mul(const Tensor& a, const Tensor& b) {
                         keep_a.defined() ? sum_to(mul(g[0], keep_a), sb) : Tensor()};
     });
   }
+  return out;
+}
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  const profile::Op range("add_relu");
+  Tensor out = binary_forward("add_relu", a, b, fn::AddRelu{}, cuda::BinaryOp::AddRelu);
+  if (autograd::needs_grad({a, b}))
+    autograd::record("add_relu", {a, b}, {out},
+                     [y = out.detach(), sa = a.shape(), sb = b.shape()](const TensorList& g) {
+                       Tensor gs = relu_backward(g[0], y);  // the gradient of a + b, shared by both
+                       return TensorList{sum_to(gs, sa), sum_to(gs, sb)};
+                     });
   return out;
 }
 

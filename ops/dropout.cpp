@@ -8,6 +8,9 @@
 // relu_dropout(x) = dropout(relu(x)) in one pass each way: the TCN applies
 // dropout right after every ReLU, and fusing them saved ~9% of a training step
 // on the CPU (charlm bench). dropout(relu(x)) composed is its test oracle.
+// relu_dropout_add_relu(x, res) = relu(relu_dropout(x) + res), a TCN block's
+// tail (dropout, residual connection, activation): one kernel each way on CUDA,
+// where it saves a kernel and a pass over the activations in each direction.
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -15,6 +18,8 @@
 #include "tcn/core/philox.h"
 #include "tcn/core/step_graph.h"
 #include "tcn/ops/cpu_loops.h"
+#include "tcn/ops/cpu_map.h"
+#include "tcn/ops/functors.h"
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/dispatch.h"
 #include "tcn/ops/ops.h"
@@ -141,9 +146,33 @@ void dropout_backward_cpu(const Tensor& g, const Tensor& dx, const uint8_t* mask
   });
 }
 
-}  // namespace
+// dx = g * mask * scale as a new tensor (the CPU's dropout backward).
+Tensor dropout_grad_cpu(const Tensor& g, const Mask& mask, double p) {
+  Tensor dx = empty(g.shape(), g.options());
+  dispatch_float(dx.dtype(), "dropout backward", [&]<class T>() {
+    dropout_backward_cpu<T>(g, dx, mask.data(), static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
+  });
+  return dx;
+}
 
-namespace {
+// Where a CUDA dropout's n keep flags start in its generator's Philox stream. On
+// a GPU the mask is not stored: backward draws it again from (seed, start).
+// Inside a captured step (core/step_graph.h) start is relative to a device-side
+// base that each replay advances; eagerly it is absolute (no base).
+struct CudaDraw {
+  uint64_t start = 0;
+  Tensor base;
+};
+CudaDraw cuda_draw(Generator& gen, int64_t n) {
+  if (StepGraph* g = StepGraph::capturing()) {
+    StepGraph::Philox ph = g->philox(gen, static_cast<uint64_t>(n));
+    return {ph.rel, ph.base};
+  }
+  return {gen.reserve(static_cast<uint64_t>(n)), Tensor()};
+}
+
+// The CUDA kernels read up to 3 dims through their strides: a narrowed activation needs no copy.
+Tensor strided_ok(const Tensor& t) { return t.dim() <= 3 ? t : t.contiguous(); }
 
 template <bool kRelu>
 Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen) {
@@ -153,26 +182,17 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
   const int64_t n = x_in.numel();
   const uint64_t seed = gen.seed();
   if (x_in.device().is_cuda()) {
-    // On a GPU the mask is not stored: backward draws it again from (seed, start),
-    // or, after a ReLU, reads it from the output (y > 0 exactly where kept and x > 0).
-    // Inside a captured step (core/step_graph.h) start is relative to a device-side
-    // base that each replay advances; eagerly it is absolute (no base).
-    uint64_t start = 0;
-    Tensor base;
-    if (StepGraph* g = StepGraph::capturing()) {
-      StepGraph::Philox ph = g->philox(gen, static_cast<uint64_t>(n));
-      start = ph.rel;
-      base = ph.base;
-    } else {
-      start = gen.reserve(static_cast<uint64_t>(n));
-    }
-    // The kernels read x and g strided (up to 3 dims): a narrowed activation needs no copy.
-    Tensor x = x_in.dim() <= 3 ? x_in.detach() : x_in.detach().contiguous();
+    // After a ReLU, backward reads the mask from the output instead of drawing it
+    // (y > 0 exactly where kept and x > 0).
+    const CudaDraw draw = cuda_draw(gen, n);  // (not a structured binding: clang 14 cannot capture one)
+    const uint64_t start = draw.start;
+    const Tensor base = draw.base;
+    Tensor x = strided_ok(x_in.detach());
     Tensor y = empty(x.shape(), x.options());
     TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, start, base, kRelu));
     if (autograd::needs_grad({x_in}))
       autograd::record(op, {x_in}, {y}, [p, seed, start, base, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
-        Tensor gc = g[0].dim() <= 3 ? g[0] : g[0].contiguous();
+        Tensor gc = strided_ok(g[0]);
         Tensor dx = empty(gc.shape(), gc.options());
         TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, start, base, yk));
         return TensorList{dx};
@@ -186,17 +206,59 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
     dropout_forward_cpu<kRelu, T>(x_in.detach(), y, mask->data(), p, seed, start);
   });
   if (autograd::needs_grad({x_in}))
-    autograd::record(op, {x_in}, {y}, [mask, p](const TensorList& g) {
-      Tensor dx = empty(g[0].shape(), g[0].options());
-      dispatch_float(dx.dtype(), "dropout backward", [&]<class T>() {
-        dropout_backward_cpu<T>(g[0], dx, mask->data(), static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
-      });
-      return TensorList{dx};
-    });
+    autograd::record(op, {x_in}, {y}, [mask, p](const TensorList& g) { return TensorList{dropout_grad_cpu(g[0], *mask, p)}; });
   return y;
 }
 
 }  // namespace
+
+Tensor relu_dropout_add_relu(const Tensor& x_in, const Tensor& res_in, double p, Generator& gen) {
+  const char* op = "relu_dropout_add_relu";
+  const profile::Op range(op);
+  check_defined(op, x_in);
+  check_defined(op, res_in);
+  check_same_device(op, x_in, res_in);
+  check_same_dtype(op, x_in, res_in);
+  check_float(op, x_in);
+  TCN_CHECK(x_in.shape() == res_in.shape(), op, ": the residual's shape ", res_in.shape(), " differs from the input's ",
+            x_in.shape());
+  TCN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
+  if (p == 0.0) return add_relu(relu(x_in), res_in);  // they count their own bytes
+  profile::add_bytes(3 * nbytes(x_in) + static_cast<double>(x_in.numel()));  // x, res, z + the mask
+  const int64_t n = x_in.numel();
+  const uint64_t seed = gen.seed();
+  if (x_in.device().is_cuda()) {
+    const CudaDraw draw = cuda_draw(gen, n);  // (not a structured binding: clang 14 cannot capture one)
+    const uint64_t start = draw.start;
+    const Tensor base = draw.base;
+    Tensor x = strided_ok(x_in.detach()), res = strided_ok(res_in.detach());
+    Tensor z = empty(x.shape(), x.options());
+    TCN_CUDA_OP(op, cuda::dropout_add_relu_forward(z, x, res, p, seed, start, base));
+    if (autograd::needs_grad({x_in, res_in}))
+      autograd::record(op, {x_in, res_in}, {z}, [p, seed, start, base, x, zk = z.detach()](const TensorList& g) {
+        Tensor gc = strided_ok(g[0]);
+        Tensor dx = empty(gc.shape(), gc.options()), dres = empty(gc.shape(), gc.options());
+        TCN_CUDA_OP("relu_dropout_add_relu backward",
+                    cuda::dropout_add_relu_backward(dx, dres, gc, x, zk, p, seed, start, base));
+        return TensorList{dx, dres};
+      });
+    return z;
+  }
+  // The CPU: relu_dropout's pass (its mask records keep && x > 0), then z = relu(h + res) in place.
+  const uint64_t start = gen.reserve(static_cast<uint64_t>(n));
+  Tensor z = empty(x_in.shape(), x_in.options());
+  auto mask = std::make_shared<Mask>((n + 3) / 4 * 4);
+  dispatch_float(z.dtype(), op, [&]<class T>() {
+    dropout_forward_cpu<true, T>(x_in.detach(), z, mask->data(), p, seed, start);
+    cpu::cpu_map<T>(z, fn::AddRelu{}, z, res_in.detach());
+  });
+  if (autograd::needs_grad({x_in, res_in}))
+    autograd::record(op, {x_in, res_in}, {z}, [mask, p, zk = z.detach()](const TensorList& g) {
+      Tensor dres = relu_backward(g[0], zk);
+      return TensorList{dropout_grad_cpu(dres, *mask, p), dres};
+    });
+  return z;
+}
 
 Tensor dropout(const Tensor& x, double p, Generator& gen) {
   const profile::Op range("dropout");

@@ -87,5 +87,9 @@ struct Add { template <class T> TCN_HD T operator()(T a, T b) const { return a +
 struct Sub { template <class T> TCN_HD T operator()(T a, T b) const { return a - b; } };
 struct Mul { template <class T> TCN_HD T operator()(T a, T b) const { return a * b; } };
 struct Div { template <class T> TCN_HD T operator()(T a, T b) const { return a / b; } };
+// relu(a + b): a residual connection and its activation in one pass.
+struct AddRelu {
+  template <class T> TCN_HD T operator()(T a, T b) const { return Relu{}.fwd<T>(a + b); }
+};
 
 }  // namespace tcn::fn

@@ -20,10 +20,14 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+// relu(a + b) in one pass each way (a TCN block's residual connection): the same
+// values and gradients as composed, one kernel and one tensor fewer forward.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 
 // ---- elementwise, one input (ops/unary.cpp) ---------------------------------
 Tensor neg(const Tensor& x);
 Tensor relu(const Tensor& x);
+Tensor relu_backward(const Tensor& g, const Tensor& y);  // g where y > 0, else 0 (no tape)
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor exp(const Tensor& x);
@@ -97,6 +101,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 Tensor dropout(const Tensor& x, double p, Generator& gen = default_generator());
 // dropout(relu(x)), fused: the same values, mask and gradients in one pass.
 Tensor relu_dropout(const Tensor& x, double p, Generator& gen = default_generator());
+// relu(relu_dropout(x) + res), res of x's shape: a TCN block's tail, one pass each
+// way; the same values, gradients and draws as composed.
+Tensor relu_dropout_add_relu(const Tensor& x, const Tensor& res, double p, Generator& gen = default_generator());
 // One LSTM step: gates [B, 4H] (i, f, g, o pre-activations), c_prev [B, H] -> (h, c). (ops/lstm_cell.cpp)
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev);
 // A whole LSTM layer after the input projection: xp [B, T, 4H] (= x W_ih^T + biases),

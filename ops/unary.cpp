@@ -74,6 +74,7 @@ Tensor unary(const Tensor& x, Op op) {
 
 Tensor neg(const Tensor& x) { return unary(x, fn::Neg{}); }
 Tensor relu(const Tensor& x) { return unary(x, fn::Relu{}); }
+Tensor relu_backward(const Tensor& g, const Tensor& y) { return unary_backward(fn::Relu{}, g, Tensor(), y); }
 Tensor tanh(const Tensor& x) { return unary(x, fn::Tanh{}); }
 Tensor sigmoid(const Tensor& x) { return unary(x, fn::Sigmoid{}); }
 Tensor exp(const Tensor& x) { return unary(x, fn::Exp{}); }

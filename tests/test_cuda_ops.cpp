@@ -29,6 +29,7 @@ TEST_CASE("CUDA vs CPU: elementwise with broadcasting, float32 and float64" * do
     compare([](const TensorList& v) { return sub(v[0], v[1]); }, {a, b}, rtol);
     compare([](const TensorList& v) { return mul(v[0], v[1]); }, {a, b}, rtol);
     compare([](const TensorList& v) { return div(v[0], v[1]); }, {a, b}, rtol);
+    compare([](const TensorList& v) { return add_relu(v[0], v[1]); }, {a, b}, rtol);
     compare([](const TensorList& v) { return relu(v[0]); }, {a}, rtol);
     compare([](const TensorList& v) { return tanh(v[0]); }, {a}, rtol);
     compare([](const TensorList& v) { return sigmoid(v[0]); }, {a}, rtol);
@@ -38,6 +39,54 @@ TEST_CASE("CUDA vs CPU: elementwise with broadcasting, float32 and float64" * do
     compare([](const TensorList& v) { return pow(v[0], 2.5); }, {b}, rtol);
     compare([](const TensorList& v) { return 3.0 - v[0] * 0.5; }, {a}, rtol);
     compare([](const TensorList& v) { return minimum(v[0], 0.25); }, {a}, rtol);
+  }
+}
+
+TEST_CASE("CUDA elementwise: merged dims, 16-byte packs with their tails, misaligned and strided views, as the CPU" *
+          doctest::skip(kNoGpu)) {
+  const Device cuda0 = Device::cuda(0);
+  auto same = [](const Tensor& gpu, const Tensor& cpu) {  // elementwise math is exact in both: bit for bit
+    REQUIRE(gpu.device() == Device::cuda(0));
+    CHECK(gpu.to(Device::cpu()).to(DType::F64).to_vector<double>() == cpu.to(DType::F64).to_vector<double>());
+  };
+  // Contiguous operands, every length up to 3 packs of each width (4 floats, 2 doubles, 8 bf16, 2 int64) and a
+  // tail, so each pack position and each tail length runs; a view starting one element in breaks the 16-byte
+  // alignment and takes the one-element path.
+  for (int64_t n = 1; n <= 33; ++n) {
+    for (DType dt : {DType::F32, DType::F64}) {
+      Tensor a = rand_tensor({n + 1}, 200 + n, false, -1, 1, dt), b = rand_tensor({n + 1}, 300 + n, false, -1, 1, dt);
+      Tensor ag = a.to(cuda0), bg = b.to(cuda0);
+      same(mul(ag, bg), mul(a, b));
+      same(add(ag.narrow(0, 1, n), bg.narrow(0, 0, n)), add(a.narrow(0, 1, n), b.narrow(0, 0, n)));
+      same(relu(ag.narrow(0, 1, n)), relu(a.narrow(0, 1, n)));
+      Tensor f = zeros({n}, {dt, cuda0});
+      fill_(f, 0.5);
+      same(f, full({n}, 0.5, {dt}));
+    }
+    Tensor a = rand_tensor({n}, 400 + n);
+    same(a.to(cuda0).to(DType::BF16).to(DType::F32), a.to(DType::BF16).to(DType::F32));
+    Tensor ab = a.to(DType::BF16), ib = mul(a, 1000.0).to(DType::I64);
+    same(clone(ab.to(cuda0)), ab);  // bf16 and int64 copies (packs of 8 and of 2)
+    same(clone(ib.to(cuda0)), ib);
+  }
+  // Views: dims that merge (the two leading ones of a narrowed inner dim), dims that must not (broadcast,
+  // transposed), size-1 dims among them, and an in-place update through a view.
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor x = rand_tensor({3, 10, 7}, 501, false, -1, 1, dt), y = rand_tensor({3, 10, 5}, 502, false, -1, 1, dt);
+    Tensor xg = x.to(cuda0), yg = y.to(cuda0);
+    same(add(xg.narrow(2, 1, 5), yg), add(x.narrow(2, 1, 5), y));
+    same(mul(xg.narrow(1, 2, 6), rand_tensor({7}, 503, false, -1, 1, dt).to(cuda0)),
+         mul(x.narrow(1, 2, 6), rand_tensor({7}, 503, false, -1, 1, dt)));
+    Tensor b = rand_tensor({10, 1}, 504, false, -1, 1, dt);
+    same(sub(xg, b.to(cuda0)), sub(x, b));
+    same(xg.transpose(0, 2).contiguous(), x.transpose(0, 2).contiguous());
+    Tensor u = rand_tensor({2, 1, 6}, 505, false, -1, 1, dt), v = rand_tensor({1, 1, 6}, 506, false, -1, 1, dt);
+    same(div(u.to(cuda0), v.to(cuda0)), div(u, v));
+    same(u.to(cuda0).expand({2, 4, 6}).contiguous(), u.expand({2, 4, 6}).contiguous());
+    Tensor xc = clone(x);
+    add_(xg.narrow(2, 2, 4), yg.narrow(2, 0, 4), -0.5);
+    add_(xc.narrow(2, 2, 4), y.narrow(2, 0, 4), -0.5);
+    same(xg, xc);
   }
 }
 
@@ -97,14 +146,20 @@ TEST_CASE("CUDA vs CPU: layer primitives" * doctest::skip(kNoGpu)) {
 }
 
 TEST_CASE("CUDA dropout draws the CPU's masks" * doctest::skip(kNoGpu)) {
-  Tensor x = rand_tensor({64, 33}, 16, false, -1, 1, DType::F32);
-  for (bool with_relu : {false, true}) {
-    Generator g1(21), g2(21);
-    Tensor cpu = with_relu ? relu_dropout(x, 0.3, g1) : dropout(x, 0.3, g1);
-    Tensor gpu = with_relu ? relu_dropout(x.to(Device::cuda(0)), 0.3, g2) : dropout(x.to(Device::cuda(0)), 0.3, g2);
-    CHECK(gpu.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
-    CHECK(g1.offset() == g2.offset());
+  // A thread takes a Philox block of four elements: sizes with each remainder mod 4, and two draws in a row.
+  for (const Shape& shape : std::vector<Shape>{{64, 33}, {7, 5}, {1}, {2, 3}, {3, 1, 5, 3}}) {
+    Tensor x = rand_tensor(shape, 16, false, -1, 1, DType::F32);
+    for (bool with_relu : {false, true}) {
+      Generator g1(21), g2(21);
+      for (int draw = 0; draw < 2; ++draw) {
+        Tensor cpu = with_relu ? relu_dropout(x, 0.3, g1) : dropout(x, 0.3, g1);
+        Tensor gpu = with_relu ? relu_dropout(x.to(Device::cuda(0)), 0.3, g2) : dropout(x.to(Device::cuda(0)), 0.3, g2);
+        CHECK(gpu.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
+        CHECK(g1.offset() == g2.offset());
+      }
+    }
   }
+  Tensor x = rand_tensor({64, 33}, 16, false, -1, 1, DType::F32);
   compare(
       [](const TensorList& v) {
         Generator g(5);
@@ -132,6 +187,20 @@ TEST_CASE("CUDA vs CPU: dropout reads strided inputs and gradients; pad is one k
         return relu_dropout(v[0].narrow(1, 1, 8), 0.25, g).transpose(0, 2);
       },
       {x}, 1e-6);
+  // The TCN block's tail: a narrowed conv output and a narrowed residual, the gradient arriving transposed.
+  Tensor r = rand_tensor({3, 11, 5}, 20, false, -1, 1, DType::F32);
+  for (int draw = 0; draw < 2; ++draw) {
+    Generator g1(7 + draw), g2(7 + draw);
+    Tensor cpu = relu_dropout_add_relu(x.narrow(1, 2, 7), r.narrow(1, 4, 7), 0.3, g1);
+    Tensor gpu = relu_dropout_add_relu(x.to(Device::cuda(0)).narrow(1, 2, 7), r.to(Device::cuda(0)).narrow(1, 4, 7), 0.3, g2);
+    CHECK(gpu.to(Device::cpu()).to_vector<float>() == cpu.to_vector<float>());
+  }
+  compare(
+      [](const TensorList& v) {
+        Generator g(8);
+        return relu_dropout_add_relu(v[0].narrow(1, 1, 9), v[1].narrow(1, 0, 9), 0.25, g).transpose(0, 2);
+      },
+      {x, r}, 1e-6);
   // pad: of a narrowed 3D along dim 1 (the one-kernel path, and narrow's
   // backward), of a contiguous 4D along dim 2, of a transposed 2D (fill and copy).
   Tensor x4 = rand_tensor({2, 3, 4, 5}, 18, false, -1, 1, DType::F64);
@@ -218,9 +287,15 @@ TEST_CASE("CUDA vs CPU: long sums take the block reduction (n_red >= 1024)" * do
       compare([](const TensorList& v) { return sum(v[0], {1}); }, {y}, rtol);
       compare([](const TensorList& v) { return sum(v[0].t(), {0}, true); }, {y}, rtol);
     }
-    // Many blocks (one per output), each reducing a non-leading dim.
+    // Outputs with a row between them (5 x 6 of 1100 each): the column path, 32 outputs per block.
     Tensor z = rand_tensor({5, 1100, 6}, 33, false, -1, 1, dt);
     compare([](const TensorList& v) { return sum(v[0], {1}); }, {z}, rtol);
+    // A bias gradient: the column sums of [B, T, C] over B and T (merged into one dim of 1200), for C = 70
+    // (two full blocks of 32 and a partial one) and for a narrowed C = 69 (rows 70 apart, outputs still neighbours).
+    Tensor c = rand_tensor({30, 40, 70}, 35, false, -1, 1, dt);
+    compare([](const TensorList& v) { return sum(v[0], {0, 1}); }, {c}, rtol);
+    compare([](const TensorList& v) { return sum(v[0].narrow(2, 1, 69), {0, 1}, true); }, {c}, rtol);
+    compare([](const TensorList& v) { return add(v[0], v[1]); }, {c, rand_tensor({70}, 36, false, -1, 1, dt)}, rtol);
   }
 }
 

@@ -54,6 +54,29 @@ TEST_CASE("relu away from the kink") {
   check_gradients([](const TensorList& v) { return relu(v[0]); }, {x});
 }
 
+TEST_CASE("add_relu: gradients with broadcasting, and equal to relu(add(a, b)) bit for bit") {
+  // b broadcasts along a's rows; a is moved so that |a + b| >= 0.1 (no finite difference straddles the kink).
+  Tensor b = rand_tensor({7}, 47);
+  auto av = rand_tensor({6, 7}, 48).to_vector<double>();
+  const auto bv = b.to_vector<double>();
+  for (size_t i = 0; i < av.size(); ++i) {
+    const double s = av[i] + bv[i % 7];
+    av[i] += s >= 0 ? 0.1 : -0.1;
+  }
+  Tensor a = leaf(from_vector(av, {6, 7})), bl = leaf(b);
+  check_gradients([](const TensorList& v) { return add_relu(v[0], v[1]); }, {a, bl});
+  Tensor a1 = leaf(clone(a.detach())), b1 = leaf(clone(b.detach()));  // fresh leaves: no gradients yet
+  Tensor a2 = leaf(clone(a.detach())), b2 = leaf(clone(b.detach()));
+  Tensor w = rand_tensor({6, 7}, 49);
+  Tensor fused = add_relu(a1, b1);
+  sum(mul(fused, w)).backward();
+  Tensor composed = relu(add(a2, b2));
+  sum(mul(composed, w)).backward();
+  CHECK(fused.to_vector<double>() == composed.to_vector<double>());
+  CHECK(a1.grad().to_vector<double>() == a2.grad().to_vector<double>());
+  CHECK(b1.grad().to_vector<double>() == b2.grad().to_vector<double>());
+}
+
 TEST_CASE("sum and mean over dims") {
   Tensor x = leaf(rand_tensor({2, 3, 4}, 11, true));
   check_gradients([](const TensorList& v) { return sum(v[0]); }, {x});
@@ -190,6 +213,39 @@ TEST_CASE("relu_dropout: gradients, and equal to dropout(relu(x)) with the same 
   sum(mul(composed, w)).backward();
   CHECK(fused.to_vector<double>() == composed.to_vector<double>());
   CHECK(a.grad().to_vector<double>() == b.grad().to_vector<double>());
+}
+
+TEST_CASE("relu_dropout_add_relu: gradients, and equal to add_relu(relu_dropout(x), res) with the same draws") {
+  // x away from relu's kink; res chosen so that no sum relu_dropout(x) + res is within 0.1 of 0 for either mask value.
+  auto xv = rand_tensor({5, 8}, 50).to_vector<double>();
+  for (auto& e : xv) e = e >= 0 ? e + 0.2 : e - 0.2;
+  auto rv = rand_tensor({5, 8}, 51).to_vector<double>();
+  for (size_t i = 0; i < rv.size(); ++i) {
+    const double h = xv[i] > 0 ? xv[i] / 0.6 : 0.0;  // the kept value (scale 1 / (1 - 0.4)), or 0
+    for (double s : {h, 0.0})
+      if (std::abs(s + rv[i]) < 0.1) rv[i] += s + rv[i] >= 0 ? 0.2 : -0.2;
+  }
+  Tensor x = leaf(from_vector(xv, {5, 8})), res = leaf(from_vector(rv, {5, 8}));
+  check_gradients(
+      [](const TensorList& v) {
+        Generator gen(79);  // the same mask at every evaluation
+        return relu_dropout_add_relu(v[0], v[1], 0.4, gen);
+      },
+      {x, res});
+  Generator g1(6), g2(6);
+  Tensor a = leaf(rand_tensor({6, 7}, 52)), r = leaf(rand_tensor({6, 7}, 53));
+  Tensor a2 = leaf(clone(a.detach())), r2 = leaf(clone(r.detach()));
+  Tensor w = rand_tensor({6, 7}, 54);
+  Tensor fused = relu_dropout_add_relu(a, r, 0.3, g1);
+  sum(mul(fused, w)).backward();
+  Tensor composed = add_relu(relu_dropout(a2, 0.3, g2), r2);
+  sum(mul(composed, w)).backward();
+  CHECK(fused.to_vector<double>() == composed.to_vector<double>());
+  CHECK(a.grad().to_vector<double>() == a2.grad().to_vector<double>());
+  CHECK(r.grad().to_vector<double>() == r2.grad().to_vector<double>());
+  CHECK(g1.offset() == g2.offset());
+  CHECK_THROWS_WITH(relu_dropout_add_relu(a, rand_tensor({7, 6}, 55), 0.3, g1),
+                    doctest::Contains("relu_dropout_add_relu: the residual's shape [7, 6] differs from the input's [6, 7]"));
 }
 
 TEST_CASE("lstm_layer equals the lstm_cell loop (its oracle), values and gradients") {
