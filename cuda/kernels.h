@@ -123,10 +123,13 @@ void dropout_add_relu_backward(const Tensor& dx, const Tensor& dres, const Tenso
                                double p, uint64_t seed, uint64_t start, const Tensor& base);
 // LSTM cell on B rows of a [B, T, ...] layout at step t (see ops/lstm_layer.cpp):
 // act holds the gate pre-activations of step t on entry and (i, f, g, o) on exit.
-void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t);
-// Gate gradients of step t into dG, from dout and the running dh, dc (updated to step t-1).
+// Under mixed precision h_bf16 [B, H] (else undefined) also receives h_t in bf16.
+void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, const Tensor& cs, int64_t t,
+                       const Tensor& h_bf16 = Tensor());
+// Gate gradients of step t into dG, from dout and the running dh, dc (updated to
+// step t-1); under mixed precision dG_bf16 [B, 4H] also receives them in bf16.
 void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, const Tensor& cs, const Tensor& dout,
-                        const Tensor& dh, const Tensor& dc, int64_t t);
+                        const Tensor& dh, const Tensor& dc, int64_t t, const Tensor& dG_bf16 = Tensor());
 // Optimizer updates as the CPU loops of nn/optim.cpp, parameters contiguous (as
 // g, buf, m, v). gate: undefined, or a float64 scalar on the device that turns
 // the update off when 0 (read by the kernel: no host wait). SGD: many

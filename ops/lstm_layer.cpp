@@ -146,26 +146,42 @@ void lstm_backward_cpu(const T* act, const T* whh, const bfloat16* whh_b, const 
 
 #ifdef TCN_WITH_CUDA
 // The same two loops on a GPU: cuBLAS for the GEMMs, cuda/layers.cu for the cell.
-void lstm_forward_cuda(const Tensor& act, const Tensor& whh, const Tensor& h0, const Tensor& c0, const Tensor& hs,
-                       const Tensor& cs) {
+// Under mixed precision (whh_b, W_hh in bf16, defined) each GEMM multiplies bf16
+// operands into float32 (cuda::gemm with DType::BF16): h_{t-1} comes from a bf16
+// [B, H] scratch that the cell kernel of step t - 1 writes beside hs (h0's is one
+// conversion), and in backward dG_t from a bf16 [B, 4H] scratch written by the
+// cell's backward; so no conversion kernel per step.
+void lstm_forward_cuda(const Tensor& act, const Tensor& whh, const Tensor& whh_b, const Tensor& h0, const Tensor& c0,
+                       const Tensor& hs, const Tensor& cs) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
   const int dev = act.device().index;
+  const Tensor h_b = whh_b.defined() ? h0.to(DType::BF16) : Tensor();
   for (int64_t t = 0; t < Tn; ++t) {
-    const void* h_prev = t == 0 ? h0.raw_data() : element_ptr(hs, (t - 1) * H);
-    cuda::gemm(act.dtype(), dev, false, true, B, G, H, h_prev, t == 0 ? H : Tn * H, whh.raw_data(), H, 1.0,
-               element_ptr(act, t * G), Tn * G);
-    cuda::lstm_cell_forward(act, c0, hs, cs, t);
+    if (h_b.defined()) {
+      cuda::gemm(DType::BF16, dev, false, true, B, G, H, h_b.raw_data(), H, whh_b.raw_data(), H, 1.0,
+                 element_ptr(act, t * G), Tn * G);
+    } else {
+      const void* h_prev = t == 0 ? h0.raw_data() : element_ptr(hs, (t - 1) * H);
+      cuda::gemm(act.dtype(), dev, false, true, B, G, H, h_prev, t == 0 ? H : Tn * H, whh.raw_data(), H, 1.0,
+                 element_ptr(act, t * G), Tn * G);
+    }
+    cuda::lstm_cell_forward(act, c0, hs, cs, t, h_b);
   }
 }
 
-void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& c0, const Tensor& cs, const Tensor& dout,
-                        const Tensor& dG, const Tensor& dh, const Tensor& dc) {
+void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& whh_b, const Tensor& c0, const Tensor& cs,
+                        const Tensor& dout, const Tensor& dG, const Tensor& dh, const Tensor& dc) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
   const int dev = act.device().index;
+  const Tensor dG_b = whh_b.defined() ? empty({B, G}, {DType::BF16, act.device()}) : Tensor();
   for (int64_t t = Tn - 1; t >= 0; --t) {
-    cuda::lstm_cell_backward(dG, act, c0, cs, dout, dh, dc, t);
-    cuda::gemm(act.dtype(), dev, false, false, B, H, G, element_ptr(dG, t * G), Tn * G, whh.raw_data(), H, 0.0,
-               dh.raw_data(), H);
+    cuda::lstm_cell_backward(dG, act, c0, cs, dout, dh, dc, t, dG_b);
+    if (dG_b.defined())
+      cuda::gemm(DType::BF16, dev, false, false, B, H, G, dG_b.raw_data(), G, whh_b.raw_data(), H, 0.0, dh.raw_data(),
+                 H);
+    else
+      cuda::gemm(act.dtype(), dev, false, false, B, H, G, element_ptr(dG, t * G), Tn * G, whh.raw_data(), H, 0.0,
+                 dh.raw_data(), H);
   }
 }
 #endif
@@ -193,11 +209,11 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
   // Mixed precision (core/autocast.h): the recurrent GEMMs multiply bf16 copies
   // of h_{t-1} (dG_t in backward) and W_hh; the cell and the state stay float32.
-  const bool bf16 = autocast_bf16(xp_in) && xp_in.device().is_cpu();  // on CUDA float32 for now (core/autocast.h)
-  Tensor whh_b = bf16 ? whh.to(DType::BF16) : Tensor();  // for backward
+  const bool bf16 = autocast_bf16(xp_in);
+  Tensor whh_b = bf16 ? whh.to(DType::BF16) : Tensor();  // for backward (and both directions on CUDA)
   Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
   if (act.device().is_cuda()) {
-    TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, h0, c0, hs, cs));
+    TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, whh_b, h0, c0, hs, cs));
   } else {
     Tensor whh_t = whh.t().contiguous();  // [H, 4H]: see lstm_forward_cpu
     Tensor whh_tb = bf16 ? whh_t.to(DType::BF16) : Tensor();
@@ -218,7 +234,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
                        Tensor dh = clone(g[1]), dc = clone(g[2]);
                        Tensor dG = empty(act.shape(), act.options());
                        if (act.device().is_cuda()) {
-                         TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, c0, cs, dout, dG, dh, dc));
+                         TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, whh_b, c0, cs, dout, dG, dh, dc));
                        } else {
                          dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
                            lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(),

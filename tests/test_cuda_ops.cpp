@@ -256,6 +256,25 @@ TEST_CASE("CUDA bf16: conversions, copies and fills as on the CPU; autocast GEMM
     n += v32[i] * v32[i];
   }
   CHECK(std::sqrt(d / n) > 1e-4);  // the bf16 path ran on the device
+
+  // The LSTM layer's recurrent GEMMs in bf16 (h_{t-1} and dG_t rounded by the cell kernels): the CPU's bf16
+  // results, gradients included (the cell's float32 math in another order, so a looser bound), and not float32's.
+  Tensor xp = rand_tensor({3, 9, 4 * 6}, 35, false, -1, 1, DType::F32);
+  Tensor whh = rand_tensor({4 * 6, 6}, 36, false, -0.5, 0.5, DType::F32);
+  Tensor h0 = rand_tensor({3, 6}, 37, false, -1, 1, DType::F32), c0 = rand_tensor({3, 6}, 38, false, -1, 1, DType::F32);
+  auto lstm = [](const TensorList& v) {
+    Autocast bf16(Precision::BF16);
+    auto [hs, hT, cT] = lstm_layer(v[0], v[1], v[2], v[3]);
+    return add(hs, mul(cT.unsqueeze(1), 0.5));
+  };
+  compare(lstm, {xp, whh, h0, c0}, 1e-4, 1e-5);
+  Tensor l16, l32;
+  {
+    Autocast bf16(Precision::BF16);
+    l16 = std::get<0>(lstm_layer(xp.to(gpu), whh.to(gpu), h0.to(gpu), c0.to(gpu))).to(Device::cpu());
+  }
+  l32 = std::get<0>(lstm_layer(xp.to(gpu), whh.to(gpu), h0.to(gpu), c0.to(gpu))).to(Device::cpu());
+  CHECK(test::close_ratio(l16, l32, 1e-4, 0) > 1);  // more than 1e-4 apart somewhere: the recurrent GEMMs ran in bf16
 }
 
 // ---- coverage of every kernel path ---------------------------------------------------

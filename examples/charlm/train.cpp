@@ -363,8 +363,7 @@ std::string precision_note(const std::string& precision, const Device& device) {
   if (precision == "tf32") return " (TF32 tensor-core GEMMs: inputs rounded to 10 mantissa bits, fp32 accumulation)";
   if (precision != "bf16") return "";
   if (device.is_cuda())
-    return " (bf16 GEMM operands on tensor cores, fp32 accumulation and master weights; the LSTM's recurrent GEMMs "
-           "stay fp32 on CUDA)";
+    return " (bf16 GEMM operands on tensor cores, fp32 accumulation and master weights)";
   if (!cpu::onednn_available()) return " (no oneDNN in this build: bf16 GEMMs are widened to fp32, no speedup)";
   if (!cpu::onednn_bf16_available())
     return " (this CPU has no AVX-512, so oneDNN has no bf16 GEMM: widened to fp32, same numerics, no speedup)";
