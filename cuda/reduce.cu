@@ -46,9 +46,11 @@ constexpr int kBlock = 256;
 
 // Columns: block (32, kColumnRows) takes outputs [32 * blockIdx.x, + 32), thread
 // (x, y) sums reduced elements y, y + kColumnRows, ... of output x; then a tree over y.
+// 1,024 threads a block: __launch_bounds__ holds the compiler to the registers that
+// allow it (64 a thread), or the launch would fail on a GPU.
 constexpr int kColumnRows = 32;
 template <class T>
-__global__ void sum_columns_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_out, int64_t n_red) {
+__global__ void __launch_bounds__(32 * kColumnRows) sum_columns_kernel(T* out, const T* in, ReduceGeometry g, int64_t n_out, int64_t n_red) {
   __shared__ double sh[kColumnRows][33];  // 33: no bank conflicts in the tree's column reads
   const int x = threadIdx.x, y = threadIdx.y;
   const int64_t o = blockIdx.x * int64_t(32) + x;
