@@ -16,6 +16,10 @@ TEST_CASE("shape mismatches name the op and both shapes") {
   CHECK_ERROR(cat({a, zeros({2, 4})}, 0), "cat: tensor 1 has shape [2, 4]");
   CHECK_ERROR(add_(zeros({3}), a), "add_: [2, 3] cannot be added in place to [3]");
   CHECK_ERROR(copy_(zeros({2, 3}), zeros({3, 2})), "copy_: shapes [2, 3] and [3, 2]");
+  CHECK_ERROR(add_relu(a, b), "add_relu: shapes [2, 3] and [4] cannot be broadcast together");
+  CHECK_ERROR(relu_dropout_add_relu(a, zeros({3, 2}), 0.1),
+              "relu_dropout_add_relu: the residual's shape [3, 2] differs from the input's [2, 3]");
+  CHECK_ERROR(relu_dropout_add_relu(a, a, 1.5), "relu_dropout_add_relu: probability must be in [0, 1], got 1.5");
 }
 
 TEST_CASE("dtype mismatches") {
@@ -23,6 +27,7 @@ TEST_CASE("dtype mismatches") {
   CHECK_ERROR(add(f, d), "add: dtype mismatch, float32 [2] vs float64 [2]");
   CHECK_ERROR(relu(i), "relu: expected a float32 or float64 tensor, got int64");
   CHECK_ERROR(mm(zeros({2, 2}), zeros({2, 2}, {DType::F64})), "mm: dtype mismatch");
+  CHECK_ERROR(relu_dropout_add_relu(f, d, 0.1), "relu_dropout_add_relu: dtype mismatch, float32 [2] vs float64 [2]");
   CHECK_ERROR(gather_rows(zeros({3, 2}), zeros({2})), "gather_rows: indices must be int64, got float32");
   CHECK_ERROR(f.data<double>(), "data<float64>() called on a float32 tensor");
   CHECK_ERROR(i.requires_grad_(), "only floating-point tensors can require grad");
@@ -36,6 +41,8 @@ TEST_CASE("wrong device") {
   } else {
     Tensor g = zeros({2}, {DType::F32, Device::cuda(0)});
     CHECK_ERROR(add(zeros({2}), g), "add: tensors are on different devices, cpu [2] vs cuda:0 [2]");
+    CHECK_ERROR(relu_dropout_add_relu(zeros({2}), g, 0.1),
+                "relu_dropout_add_relu: tensors are on different devices, cpu [2] vs cuda:0 [2]");
     CHECK_ERROR(zeros({2}, {DType::F32, Device::cuda(cuda::device_count())}), "requested but only");
   }
   CHECK_ERROR(parse_device("tpu"), "unknown device 'tpu'");
