@@ -339,15 +339,12 @@ __global__ void lstm_bwd_kernel(T* dG, bfloat16* dGb, const T* act, const T* c0,
     const T tc = ::tanh(cs[(b * Tn + t) * H + k]);
     const T dht = dout[(b * Tn + t) * H + k] + dh[e];
     const T dct = dc[e] + dht * o * (T(1) - tc * tc);
-    dg[k] = dct * g * i * (T(1) - i);
-    dg[H + k] = dct * cp * f * (T(1) - f);
-    dg[2 * H + k] = dct * i * (T(1) - g * g);
-    dg[3 * H + k] = dht * tc * o * (T(1) - o);
+    const T d[4] = {dct * g * i * (T(1) - i), dct * cp * f * (T(1) - f), dct * i * (T(1) - g * g),
+                    dht * tc * o * (T(1) - o)};
+    for (int gate = 0; gate < 4; ++gate) dg[gate * H + k] = d[gate];
     dc[e] = dct * f;
-    if (dGb) {  // dG_t in bf16, [B, 4H]: the operand of this step's dh GEMM under mixed precision
-      bfloat16* db = dGb + b * 4 * H;
-      for (int gate = 0; gate < 4; ++gate) db[gate * H + k] = bfloat16(static_cast<float>(dg[gate * H + k]));
-    }
+    if (dGb)  // dG_t in bf16, [B, 4H]: the operand of this step's dh GEMM under mixed precision
+      for (int gate = 0; gate < 4; ++gate) dGb[b * 4 * H + gate * H + k] = bfloat16(static_cast<float>(d[gate]));
   }
 }
 
@@ -356,6 +353,11 @@ __global__ void lstm_bwd_kernel(T* dG, bfloat16* dGb, const T* act, const T* c0,
 constexpr int64_t kSmallTable = 1024;
 
 uint32_t dropout_threshold(double p) { return static_cast<uint32_t>(std::ceil(p * 16777216.0)); }
+// The scale of kept elements, 1 / (1 - p) (0 when everything is dropped).
+template <class T>
+T dropout_scale(double p) {
+  return static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+}
 
 }  // namespace
 
@@ -532,7 +534,7 @@ void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, 
   dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(x.device().index), dropout_fwd_kernel<T>)(
         static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), strided3(x), n, seed, start, scalar_ptr(base), dropout_threshold(p),
-        static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0), relu);
+        dropout_scale<T>(p), relu);
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -545,7 +547,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(g.device().index), dropout_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()), strided3(g),
         y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, scalar_ptr(base), dropout_threshold(p),
-        static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
+        dropout_scale<T>(p));
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -558,7 +560,7 @@ void dropout_add_relu_forward(const Tensor& z, const Tensor& x, const Tensor& re
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(x.device().index), dropout_add_relu_fwd_kernel<T>)(
         static_cast<T*>(z.raw_data()), static_cast<const T*>(x.raw_data()), strided3(x),
         static_cast<const T*>(res.raw_data()), strided3(res), n, seed, start, scalar_ptr(base), dropout_threshold(p),
-        static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
+        dropout_scale<T>(p));
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -571,7 +573,7 @@ void dropout_add_relu_backward(const Tensor& dx, const Tensor& dres, const Tenso
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(g.device().index), dropout_add_relu_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<T*>(dres.raw_data()), static_cast<const T*>(g.raw_data()),
         strided3(g), static_cast<const T*>(x.raw_data()), strided3(x), static_cast<const T*>(z.raw_data()), n, seed,
-        start, scalar_ptr(base), dropout_threshold(p), static_cast<T>(p < 1.0 ? 1.0 / (1.0 - p) : 0.0));
+        start, scalar_ptr(base), dropout_threshold(p), dropout_scale<T>(p));
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -155,6 +155,23 @@ Tensor dropout_grad_cpu(const Tensor& g, const Mask& mask, double p) {
   return dx;
 }
 
+// The CPU forward: y = x * keep * scale (relu(x) with kRelu) as a new tensor,
+// drawing n flags from gen; the flags stay in the returned mask for backward.
+struct CpuDropout {
+  Tensor y;
+  std::shared_ptr<Mask> mask;
+};
+template <bool kRelu>
+CpuDropout cpu_dropout(const char* op, const Tensor& x, double p, Generator& gen) {
+  const int64_t n = x.numel();
+  const uint64_t seed = gen.seed(), start = gen.reserve(static_cast<uint64_t>(n));
+  CpuDropout d{empty(x.shape(), x.options()), std::make_shared<Mask>((n + 3) / 4 * 4)};
+  dispatch_float(x.dtype(), op, [&]<class T>() {
+    dropout_forward_cpu<kRelu, T>(x.detach(), d.y, d.mask->data(), p, seed, start);
+  });
+  return d;
+}
+
 // Where a CUDA dropout's n keep flags start in its generator's Philox stream. On
 // a GPU the mask is not stored: backward draws it again from (seed, start).
 // Inside a captured step (core/step_graph.h) start is relative to a device-side
@@ -179,35 +196,28 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
   check_defined(op, x_in);
   check_float(op, x_in);
   TCN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
-  const int64_t n = x_in.numel();
-  const uint64_t seed = gen.seed();
   if (x_in.device().is_cuda()) {
+    const uint64_t seed = gen.seed();
     // After a ReLU, backward reads the mask from the output instead of drawing it
     // (y > 0 exactly where kept and x > 0).
-    const CudaDraw draw = cuda_draw(gen, n);  // (not a structured binding: clang 14 cannot capture one)
-    const uint64_t start = draw.start;
-    const Tensor base = draw.base;
+    const CudaDraw draw = cuda_draw(gen, x_in.numel());
     Tensor x = strided_ok(x_in.detach());
     Tensor y = empty(x.shape(), x.options());
-    TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, start, base, kRelu));
+    TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, draw.start, draw.base, kRelu));
     if (autograd::needs_grad({x_in}))
-      autograd::record(op, {x_in}, {y}, [p, seed, start, base, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
+      autograd::record(op, {x_in}, {y}, [p, seed, draw, yk = kRelu ? y.detach() : Tensor()](const TensorList& g) {
         Tensor gc = strided_ok(g[0]);
         Tensor dx = empty(gc.shape(), gc.options());
-        TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, start, base, yk));
+        TCN_CUDA_OP("dropout backward", cuda::dropout_backward(dx, gc, p, seed, draw.start, draw.base, yk));
         return TensorList{dx};
       });
     return y;
   }
-  const uint64_t start = gen.reserve(static_cast<uint64_t>(n));
-  Tensor y = empty(x_in.shape(), x_in.options());
-  auto mask = std::make_shared<Mask>((n + 3) / 4 * 4);
-  dispatch_float(y.dtype(), op, [&]<class T>() {
-    dropout_forward_cpu<kRelu, T>(x_in.detach(), y, mask->data(), p, seed, start);
-  });
+  CpuDropout d = cpu_dropout<kRelu>(op, x_in, p, gen);
   if (autograd::needs_grad({x_in}))
-    autograd::record(op, {x_in}, {y}, [mask, p](const TensorList& g) { return TensorList{dropout_grad_cpu(g[0], *mask, p)}; });
-  return y;
+    autograd::record(op, {x_in}, {d.y},
+                     [mask = d.mask, p](const TensorList& g) { return TensorList{dropout_grad_cpu(g[0], *mask, p)}; });
+  return d.y;
 }
 
 }  // namespace
@@ -225,35 +235,28 @@ Tensor relu_dropout_add_relu(const Tensor& x_in, const Tensor& res_in, double p,
   TCN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability must be in [0, 1], got ", p);
   if (p == 0.0) return add_relu(relu(x_in), res_in);  // they count their own bytes
   profile::add_bytes(3 * nbytes(x_in) + static_cast<double>(x_in.numel()));  // x, res, z + the mask
-  const int64_t n = x_in.numel();
-  const uint64_t seed = gen.seed();
   if (x_in.device().is_cuda()) {
-    const CudaDraw draw = cuda_draw(gen, n);  // (not a structured binding: clang 14 cannot capture one)
-    const uint64_t start = draw.start;
-    const Tensor base = draw.base;
+    const uint64_t seed = gen.seed();
+    const CudaDraw draw = cuda_draw(gen, x_in.numel());
     Tensor x = strided_ok(x_in.detach()), res = strided_ok(res_in.detach());
     Tensor z = empty(x.shape(), x.options());
-    TCN_CUDA_OP(op, cuda::dropout_add_relu_forward(z, x, res, p, seed, start, base));
+    TCN_CUDA_OP(op, cuda::dropout_add_relu_forward(z, x, res, p, seed, draw.start, draw.base));
     if (autograd::needs_grad({x_in, res_in}))
-      autograd::record(op, {x_in, res_in}, {z}, [p, seed, start, base, x, zk = z.detach()](const TensorList& g) {
+      autograd::record(op, {x_in, res_in}, {z}, [p, seed, draw, x, zk = z.detach()](const TensorList& g) {
         Tensor gc = strided_ok(g[0]);
         Tensor dx = empty(gc.shape(), gc.options()), dres = empty(gc.shape(), gc.options());
         TCN_CUDA_OP("relu_dropout_add_relu backward",
-                    cuda::dropout_add_relu_backward(dx, dres, gc, x, zk, p, seed, start, base));
+                    cuda::dropout_add_relu_backward(dx, dres, gc, x, zk, p, seed, draw.start, draw.base));
         return TensorList{dx, dres};
       });
     return z;
   }
   // The CPU: relu_dropout's pass (its mask records keep && x > 0), then z = relu(h + res) in place.
-  const uint64_t start = gen.reserve(static_cast<uint64_t>(n));
-  Tensor z = empty(x_in.shape(), x_in.options());
-  auto mask = std::make_shared<Mask>((n + 3) / 4 * 4);
-  dispatch_float(z.dtype(), op, [&]<class T>() {
-    dropout_forward_cpu<true, T>(x_in.detach(), z, mask->data(), p, seed, start);
-    cpu::cpu_map<T>(z, fn::AddRelu{}, z, res_in.detach());
-  });
+  CpuDropout d = cpu_dropout<true>(op, x_in, p, gen);
+  Tensor z = d.y;
+  dispatch_float(z.dtype(), op, [&]<class T>() { cpu::cpu_map<T>(z, fn::AddRelu{}, z, res_in.detach()); });
   if (autograd::needs_grad({x_in, res_in}))
-    autograd::record(op, {x_in, res_in}, {z}, [mask, p, zk = z.detach()](const TensorList& g) {
+    autograd::record(op, {x_in, res_in}, {z}, [mask = d.mask, p, zk = z.detach()](const TensorList& g) {
       Tensor dres = relu_backward(g[0], zk);
       return TensorList{dropout_grad_cpu(dres, *mask, p), dres};
     });
