@@ -36,6 +36,8 @@ const char* conv_impl_name(ConvImpl c) {
 const char* lstm_impl_name(LstmImpl l) { return l == LstmImpl::Cudnn ? "cudnn" : "fused"; }
 
 const CudaBackends& cuda_backends() { return current(); }
+
+bool cudnn_conv_deterministic() { return current().deterministic || current().conv == ConvImpl::Auto; }
 void set_cuda_backends(const CudaBackends& b) { current() = b; }
 
 }  // namespace tcn

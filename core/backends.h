@@ -15,13 +15,13 @@
 //           Cudnn  cudnnRNNForward / cudnnRNNBackwardData_v8 / _BackwardWeights_v8
 //
 // CPU tensors always take the CPU paths; these settings change nothing there.
-// With `deterministic`, cuDNN may only use algorithms it declares
-// deterministic (our own GEMM and kernel paths always are).
-//
-// STATUS (2026-12-05): the cuDNN paths are compiled by nvcc and have never run:
-// no GPU has been lent while they were written, and the emulated device has no
-// cuDNN. So the defaults keep to verified code: Fused for the LSTM, and Auto for
-// conv1d, whose first use per shape compares cuDNN's result with ours.
+// cuDNN's convolutions use only the algorithms it declares deterministic under
+// Auto (the default: a run repeats itself bit for bit, a resumed run continues
+// exactly, a replayed CUDA graph equals the eager step) and with `deterministic`;
+// only an explicit Cudnn without `deterministic` lets cuDNN pick any algorithm.
+// Our own GEMM and kernel paths are always deterministic.
+// The defaults are Auto for conv1d, whose first use per shape compares cuDNN's
+// result with ours, and Fused for the LSTM.
 #pragma once
 
 #include <string>
@@ -43,6 +43,9 @@ struct CudaBackends {
 };
 
 const CudaBackends& cuda_backends();
+// Whether cuDNN's convolutions must use deterministic algorithms: under Auto, or
+// when `deterministic` is set.
+bool cudnn_conv_deterministic();
 void set_cuda_backends(const CudaBackends& b);
 
 }  // namespace tcn

@@ -11,9 +11,16 @@ namespace tcn::cuda {
 
 namespace {
 
+// cuBLAS's workspace: 32 MiB, what cuBLAS's documentation recommends for
+// Hopper (4 MiB suffices before it). Without one of our own cuBLAS allocates
+// its own, which a CUDA graph capture records as allocation nodes, and whose
+// size can change the kernels it picks from one run to the next.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 struct DeviceState {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  void* cublas_workspace = nullptr;  // from the caching allocator, kept for the process's life
   DeviceStatus* status = nullptr;  // pinned host memory, written by check kernels
 };
 
@@ -42,6 +49,9 @@ DeviceState& state(int device) {
     CUDA_CHECK(cudaStreamCreate(&s->stream));  // a blocking stream: ordered with the legacy default stream
     CUBLAS_CHECK(cublasCreate(&s->cublas));
     CUBLAS_CHECK(cublasSetStream(s->cublas, s->stream));
+    // Set once, here, before any capture can begin (cuBLAS resets it when the stream changes; ours never does).
+    s->cublas_workspace = allocator(device)->allocate(kCublasWorkspaceBytes);
+    CUBLAS_CHECK(cublasSetWorkspace(s->cublas, s->cublas_workspace, kCublasWorkspaceBytes));
     void* st = nullptr;
     CUDA_CHECK(cudaMallocHost(&st, sizeof(DeviceStatus)));
     s->status = static_cast<DeviceStatus*>(st);

@@ -321,7 +321,7 @@ ConvPlan& conv_plan(const ConvKey& k, const Tensor& x, const Tensor& w) {
 }
 
 ConvKey conv_key(const Tensor& x, int64_t Cout, int64_t K, int64_t pad, int64_t dilation) {
-  return ConvKey{x.device().index, x.dtype(), conv_math(x.dtype()), cuda_backends().deterministic,
+  return ConvKey{x.device().index, x.dtype(), conv_math(x.dtype()), cudnn_conv_deterministic(),
                  x.size(0),        x.size(1), x.size(2),           Cout,
                  K,                pad,       dilation};
 }

@@ -41,4 +41,13 @@ __device__ __forceinline__ T block_sum(T v, T* sh) {
   return block_reduce(v, sh, [](T a, T b) { return a + b; });
 }
 
+// a * b and a + b each rounded once, never contracted into an FMA with a
+// neighbouring operation (nvcc contracts `a*b + c` by default). For kernels
+// whose results must equal the CPU's bit for bit, which computes them
+// uncontracted.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 }  // namespace tcn::cuda

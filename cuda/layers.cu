@@ -279,7 +279,9 @@ __global__ void dropout_bwd_kernel(T* dx, const T* g, Strided3 gs, const T* y, i
 }
 
 // A TCN block's tail in one pass each way: z = relu(relu(x) * keep * scale + res),
-// x and res read through their strides, z contiguous.
+// x and res read through their strides, z contiguous. The product and the sum
+// are rounded separately, as the CPU's relu_dropout_add_relu rounds them, so
+// that both devices give the same bits (the dropout masks are equal too).
 template <class T>
 __global__ void dropout_add_relu_fwd_kernel(T* z, const T* x, Strided3 xs, const T* res, Strided3 rs, int64_t n,
                                             uint64_t seed, uint64_t start0, const double* base, uint32_t threshold,
@@ -287,7 +289,7 @@ __global__ void dropout_add_relu_fwd_kernel(T* z, const T* x, Strided3 xs, const
   for_each_philox_element(n, seed, philox_start(start0, base), true, [&](int64_t i, uint32_t bits) {
     const T xi = x[xs.offset(i)];
     const bool k = (bits >> 8) >= threshold && xi > T(0);
-    const T s = xi * (static_cast<T>(k) * scale) + res[rs.offset(i)];
+    const T s = add_rn(mul_rn(xi, static_cast<T>(k) * scale), res[rs.offset(i)]);
     z[i] = s > T(0) ? s : T(0);
   });
 }

@@ -290,7 +290,7 @@ ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
   static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>, ConvImpl>
       chosen;
   const auto key = std::tuple{x.device().index, geo.B, geo.L, geo.Cin, geo.Cout, geo.K, geo.d, geo.left,
-                              static_cast<int>(autocast_precision()), cuda_backends().deterministic};
+                              static_cast<int>(autocast_precision()), cudnn_conv_deterministic()};
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
   if (StepGraph::capturing()) return ConvImpl::Gemm;

@@ -7,10 +7,32 @@
 #include <numeric>
 
 #include "helpers.h"
+#include "tcn/core/backends.h"
 #include "tcn/nn/layers.h"
 #include "tcn/nn/module.h"
 
 namespace tcn::test {
+
+// Sets the process's CUDA backends (core/backends.h) for a scope and restores
+// them. Tests that demand bit-exact repeats, or count our own kernels, pin the
+// GEMM path with it: under the default (auto) a GPU may choose cuDNN per shape.
+class Backends {
+ public:
+  explicit Backends(CudaBackends b) : prev_(cuda_backends()) { set_cuda_backends(b); }
+  ~Backends() { set_cuda_backends(prev_); }
+  Backends(const Backends&) = delete;
+  Backends& operator=(const Backends&) = delete;
+
+ private:
+  CudaBackends prev_;
+};
+
+inline CudaBackends conv_on(ConvImpl c, bool deterministic = false) {
+  CudaBackends b;
+  b.conv = c;
+  b.deterministic = deterministic;
+  return b;
+}
 
 // A copy of t on `device` with t's layout: a dense buffer whose dims are laid
 // out in the order of t's strides (a transposed view stays a transposed view),

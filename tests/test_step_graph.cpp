@@ -9,6 +9,7 @@
 
 #include "tcn/core/step_graph.h"
 #include "tcn/cuda/runtime.h"
+#include "cuda_compare.h"
 #include "helpers.h"
 #include "nlohmann/json.hpp"
 #include "tcn/nn/models.h"
@@ -24,6 +25,19 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   const Tensor x = a.detach().to(Device::cpu()).contiguous(), y = b.detach().to(Device::cpu()).contiguous();
   return x.shape() == y.shape() && x.dtype() == y.dtype() &&
          std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
+}
+
+// The graph's node count against our own count of what it runs. The emulated
+// device's graph holds exactly our kernels and cuBLAS GEMMs; a GPU's also holds
+// what a library adds inside one call (cuBLAS's second kernel of a split-K GEMM,
+// memsets), which our call-site counters cannot see (cuda/runtime.h).
+void check_graph_nodes(int64_t ours, size_t nodes) {
+  INFO("our kernels and GEMMs: ", ours, ", graph nodes: ", nodes);
+#if defined(TCN_CUDA_EMU)
+  CHECK(ours == static_cast<int64_t>(nodes));
+#else
+  CHECK(ours <= static_cast<int64_t>(nodes));
+#endif
 }
 
 // One model, its optimizer and loss watch, and one fixed batch on the device.
@@ -68,6 +82,7 @@ struct Run {
 
 TEST_CASE("a training step replayed as a CUDA graph equals the eager step bit for bit (both models, SGD and Adam)" *
           doctest::skip(!cuda::is_available())) {
+  const test::Backends gemm_path(test::conv_on(ConvImpl::Gemm));  // cuDNN's replay: tests/test_cudnn.cpp
   for (const char* kind : {"tcn", "lstm"})
     for (bool adam : {false, true}) {
       INFO(kind, adam ? " adam" : " sgd");
@@ -103,6 +118,7 @@ TEST_CASE("a training step replayed as a CUDA graph equals the eager step bit fo
 
 TEST_CASE("a replayed step is one graph launch: no host launch, no host wait, no allocation" *
           doctest::skip(!cuda::is_available() || !cuda::counters_available())) {
+  const test::Backends gemm_path(test::conv_on(ConvImpl::Gemm));  // our kernels, which our counters see
   for (const char* kind : {"tcn", "lstm"}) {
     INFO(kind);
     Run r(kind, false);
@@ -121,7 +137,7 @@ TEST_CASE("a replayed step is one graph launch: no host launch, no host wait, no
     CHECK(d.launches == 0);
     CHECK(d.host_syncs == 0);
     CHECK(d.allocations == 0);
-    CHECK(d.kernels_run + d.gemms == 2 * static_cast<int64_t>(graph.graph_nodes()));  // the graph's nodes, run
+    check_graph_nodes(d.kernels_run + d.gemms, 2 * graph.graph_nodes());  // the graph's nodes, run
   }
 }
 
@@ -178,6 +194,7 @@ TEST_CASE("tcn's call-site counters agree with the emulated device's own count" 
 // change the count) is one graph of at most 120 kernels, cuBLAS GEMMs aside.
 TEST_CASE("the reference TCN's captured step holds at most 120 kernels besides its GEMMs" *
           doctest::skip(!cuda::is_available() || !cuda::counters_available())) {
+  const test::Backends gemm_path(test::conv_on(ConvImpl::Gemm));  // our kernels, which our counters see
   Run r("tcn", false, 3);
   StepGraph graph(GraphMode::On, kCuda, r.model->parameters());
   int64_t n = 0;
@@ -190,7 +207,7 @@ TEST_CASE("the reference TCN's captured step holds at most 120 kernels besides i
   const cuda::DeviceCounters d = cuda::counters() - before;
   MESSAGE("reference TCN step graph: ", d.kernels_run, " kernels and ", d.gemms, " GEMMs (", graph.graph_nodes(),
           " nodes)");
-  CHECK(d.kernels_run + d.gemms == static_cast<int64_t>(graph.graph_nodes()));
+  check_graph_nodes(d.kernels_run + d.gemms, graph.graph_nodes());
   CHECK(d.kernels_run <= 120);
 }
 

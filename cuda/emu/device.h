@@ -207,6 +207,19 @@ inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fmaf_rn(float x, float y, float z) { return std::fma(x, y, z); }
 inline double __fma_rn(double x, double y, double z) { return std::fma(x, y, z); }
+// Products and sums rounded on their own, never fused into an FMA: on a GPU nvcc
+// never contracts these. The .cu files are compiled with -ffp-contract=fast
+// (CMakeLists.txt), so the empty asm makes the operation's result a value of
+// its own that a later add or multiply cannot fuse with.
+template <class T>
+inline T emu_rounded(T r) {
+  asm("" : "+x"(r));
+  return r;
+}
+inline float __fmul_rn(float x, float y) { return emu_rounded(x * y); }
+inline float __fadd_rn(float x, float y) { return emu_rounded(x + y); }
+inline double __dmul_rn(double x, double y) { return emu_rounded(x * y); }
+inline double __dadd_rn(double x, double y) { return emu_rounded(x + y); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline int __float_as_int(float x) { return std::bit_cast<int>(x); }
 inline float __int_as_float(int x) { return std::bit_cast<float>(x); }

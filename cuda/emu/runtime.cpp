@@ -130,6 +130,12 @@ void print_stats_at_exit();
 
 State& st() {
   static State* s = [] {
+    // The .cu files are compiled with -mfma (CMakeLists.txt: FMA contraction, as nvcc).
+    if (!__builtin_cpu_supports("fma")) {
+      std::fprintf(stderr, "tcn-emu: this CPU has no FMA instructions, which the emulated device's kernels are "
+                           "compiled with (to round as a GPU does)\n");
+      std::exit(2);
+    }
     auto* p = new State;  // never destroyed: see the file comment
     Settings& c = p->settings;
     if (const char* o = std::getenv("TCN_EMU_ORDER"); o && *o) {

@@ -50,15 +50,16 @@ const CLI::Validator kSeed(
 // --conv_impl, --lstm_impl, --deterministic: which CUDA layers run on cuDNN (core/backends.h).
 void add_backend_options(CLI::App* cmd, std::string& conv_impl, std::string& lstm_impl, bool& deterministic) {
   cmd->add_option("--conv_impl", conv_impl,
-                  "CUDA conv1d: auto (time cuDNN and our GEMM path per layer shape on first use, keep the faster "
-                  "if cuDNN agrees with it), cudnn or gemm")
+                  "CUDA conv1d: auto (time cuDNN's deterministic algorithms and our GEMM path per layer shape on "
+                  "first use, keep the faster if cuDNN agrees with it), cudnn or gemm")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cudnn", "gemm"}));
   cmd->add_option("--lstm_impl", lstm_impl, "CUDA LSTM layers: fused (ours, on cuBLAS) or cudnn")
       ->capture_default_str()
       ->check(CLI::IsMember({"fused", "cudnn"}));
   cmd->add_flag("--deterministic", deterministic,
-                "cuDNN may use deterministic algorithms only (our own CUDA paths always are)");
+                "with --conv_impl cudnn: deterministic cuDNN algorithms only, as auto always uses (our own CUDA "
+                "paths are deterministic)");
 }
 
 int run_cli(int argc, char** argv, const Program& program) {
