@@ -20,6 +20,10 @@ struct KernelLaunch {
 // Runs every block of a launch; returns "" or what faulted (a __trap).
 // Divergent barriers and deadlocks print their sites and abort.
 std::string run_grid(const KernelLaunch& launch);
+// True once this thread has begun exiting (its thread_local objects, which
+// run_grid uses, are gone): the queue then drops its work, whose results
+// nothing can read any more.
+bool thread_exiting();
 
 // Queues an operation on a stream (or records it into the stream's capture).
 // `what` names it in errors. Returns the error of the enqueue itself.

@@ -209,7 +209,8 @@ void run_until(uint64_t seq) {
   while (!s.queue.empty() && s.queue.front().seq <= seq) {
     Pending p = std::move(s.queue.front());
     s.queue.pop_front();
-    if (s.sticky == cudaSuccess) p.op();  // a faulted context runs nothing more
+    // A faulted context runs nothing more; nor does a thread past its exit (a cudaFree from a static destructor).
+    if (s.sticky == cudaSuccess && !thread_exiting()) p.op();
   }
 }
 void run_all() { run_until(~uint64_t{0}); }

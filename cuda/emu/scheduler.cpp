@@ -148,6 +148,17 @@ struct Block {
 thread_local Block tl_block;
 thread_local Worker* tl_worker = nullptr;
 
+// A thread that exits destroys its thread_local objects (tl_block, tl_stacks)
+// before the process's static ones: a caching allocator that frees its blocks
+// at exit (cudaFree waits for the queue) must not then run kernels on this
+// thread. The sentinel, made when the thread first runs a block, says so.
+thread_local bool tl_exiting = false;
+struct ExitSentinel {
+  ~ExitSentinel() { tl_exiting = true; }
+  void touch() {}
+};
+thread_local ExitSentinel tl_sentinel;
+
 std::atomic<uint64_t> g_launch_counter{0};
 
 void set_coords(const Block& b, int tid) {
@@ -544,6 +555,7 @@ std::string run_grid(const KernelLaunch& l) {
   std::string fault;
   auto one = [&](uint64_t linear) {
     if (faulted.load(std::memory_order_relaxed)) return;
+    tl_sentinel.touch();
     Block& b = tl_block;
     run_block(b, l, linear, id);
     if (b.faulted && !faulted.exchange(true)) fault = where(b) + ": " + b.fault;
@@ -558,5 +570,7 @@ std::string run_grid(const KernelLaunch& l) {
   }
   return fault;
 }
+
+bool thread_exiting() { return tl_exiting; }
 
 }  // namespace tcn::emu
