@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -47,17 +48,28 @@ struct OneDNN {
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory::desc a, b, c, bias;
+    uint64_t last_use = 0;
   };
   std::map<MatmulKey, Entry> cache;
   std::mutex mu;
+  uint64_t uses = 0;
 
-  static constexpr size_t kMaxCached = 512;  // shapes; a run needs far fewer (evaluation adds a few)
+  // Shapes; a run needs far fewer (evaluation adds a few). When full, the least
+  // recently used shape goes, so a steady step's shapes stay however many other
+  // shapes came before (a test suite makes hundreds).
+  static constexpr size_t kMaxCached = 512;
 
   const Entry& get(const MatmulKey& k, float beta) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
-    if (cache.size() >= kMaxCached) cache.clear();
+    if (it != cache.end()) {
+      it->second.last_use = ++uses;
+      return it->second;
+    }
+    if (cache.size() >= kMaxCached)
+      cache.erase(std::min_element(cache.begin(), cache.end(), [](const auto& x, const auto& y) {
+        return x.second.last_use < y.second.last_use;
+      }));
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
     // Strides express the transposes: op(A) [M, K] is A itself (row stride
@@ -76,7 +88,7 @@ struct OneDNN {
     dnnl::matmul::primitive_desc pd(k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr,
                                     engine);
     ++g_primitives;
-    return cache.emplace(k, Entry{dnnl::matmul(pd), a, b, c, bias}).first->second;
+    return cache.emplace(k, Entry{dnnl::matmul(pd), a, b, c, bias, ++uses}).first->second;
   }
 };
 
