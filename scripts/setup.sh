@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUILD_DIR:-build}
-PACKAGES="build-essential cmake libopenblas-dev libopenblas-openmp-dev doctest-dev libcli11-dev nlohmann-json3-dev gnuplot-nox libboost-context-dev libthrust-dev libxxhash-dev libdnnl-dev ocl-icd-opencl-dev clang-14 libclang-rt-14-dev libomp-14-dev libopenmpi-dev openmpi-bin"
+PACKAGES="build-essential cmake libopenblas-dev libopenblas-openmp-dev doctest-dev libcli11-dev nlohmann-json3-dev gnuplot-nox libboost-context-dev libthrust-dev libxxhash-dev libdnnl-dev ocl-icd-opencl-dev clang-14 libclang-rt-14-dev libomp-14-dev libopenmpi-dev openmpi-bin patchelf"
 
 if [ -z "${SKIP_APT:-}" ]; then
   SUDO=""

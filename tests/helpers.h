@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,14 @@
 #include "tcn/ops/ops.h"
 
 namespace tcn::test {
+
+// A file of the source tree (tests/golden/...): under $TCN_SOURCE_DIR when it is
+// set (tools/device_check.sh runs the bundle's binaries from another checkout),
+// else under the tree this binary was built from.
+inline std::string source_path(const std::string& rel) {
+  const char* root = std::getenv("TCN_SOURCE_DIR");
+  return std::string(root && *root ? root : TCN_SOURCE_DIR) + "/" + rel;
+}
 
 // Deterministic pseudo-text: random words from a small list (learnable: the
 // letters inside a word are predictable).

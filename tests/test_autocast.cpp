@@ -30,7 +30,7 @@ double rel_err(const Tensor& a, const Tensor& b) {
 // bf16 logits and loss of a golden model against PyTorch's float32 ones.
 std::pair<double, double> golden_bf16_errors(const std::string& file, const std::string& kind,
                                              Device dev = Device::cpu()) {
-  auto g = nn::load_safetensors(std::string(TCN_SOURCE_DIR) + "/tests/golden/" + file);
+  auto g = nn::load_safetensors(test::source_path("tests/golden/" + file));
   const auto config = nlohmann::json::parse(g.metadata.at("config"));
   auto model = nn::make_char_lm(kind, config, 1);
   nn::SafetensorsContents params;

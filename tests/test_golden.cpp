@@ -16,7 +16,7 @@ using namespace tcn::nn;
 
 namespace {
 
-std::string golden_path(const std::string& name) { return std::string(TCN_SOURCE_DIR) + "/tests/golden/" + name; }
+std::string golden_path(const std::string& name) { return test::source_path("tests/golden/" + name); }
 
 // The file's tensors under `prefix`, with the prefix removed.
 SafetensorsContents with_prefix(const SafetensorsContents& f, const std::string& prefix) {

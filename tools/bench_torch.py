@@ -6,7 +6,10 @@ then parses the single JSON line printed on stdout.  Progress goes to stderr.
 
 Run with Debian's python (/usr/bin/python3), which sees the system PyTorch.
 `--device cuda` (what `charlm bench --device cuda` passes) runs the steps on the
-GPU, synchronising before and after each timed step.
+GPU, synchronising before and after each timed step, with
+torch.backends.cudnn.benchmark on (--cudnn_benchmark off to compare without);
+--compile runs the model through torch.compile (tools/device_check.sh times it
+when it compiles within its step's limit).
 
 --variant published (default) times the models of tools/reference/models.py,
 the locuslab formulation; --variant lean times the TCN through
@@ -68,6 +71,11 @@ def parse_args(argv=None):
                     help="after the timed steps, run this many under torch.profiler and print its table "
                          "(to stderr, or to --profile_out); docs/profiling.md compares it with ours")
     ap.add_argument("--profile_out", default=None, help="file for the --profile table")
+    ap.add_argument("--cudnn_benchmark", choices=("on", "off"), default="on",
+                    help="on CUDA, torch.backends.cudnn.benchmark (on: cuDNN times its algorithms per shape "
+                         "and keeps the fastest, as PyTorch users set it for speed)")
+    ap.add_argument("--compile", action="store_true",
+                    help="run the model through torch.compile (its compilation happens in the warm-up steps)")
     args = ap.parse_args(argv)
     if args.nhid is None:
         args.nhid = 450 if args.model == "tcn" else 700
@@ -127,8 +135,11 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark == "on"
     model = build(args).to(device)
     model.train()
+    run_model = torch.compile(model) if args.compile else model
     # model.parameters() yields each tensor once, so the tied TCN
     # encoder/decoder matrix is counted a single time.
     params = list(model.parameters())
@@ -151,7 +162,7 @@ def main(argv=None):
         if lean:
             logits = lean_forward(model, inp, args.validseqlen)
         else:
-            logits = model(inp)[:, eff:]
+            logits = run_model(inp)[:, eff:]
         return F.cross_entropy(logits.reshape(-1, args.vocab), tgt_flat)
 
     def step():
@@ -168,11 +179,13 @@ def main(argv=None):
         return loss.item()
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    log("bench_torch: torch %s, model %s (%s, %s), %d params, device %s%s, threads %d, batch %d x seq %d%s"
-        % (torch.__version__, args.model, args.variant, args.precision, n_params, device,
+    log("bench_torch: torch %s, model %s (%s, %s%s), %d params, device %s%s, threads %d, batch %d x seq %d%s"
+        % (torch.__version__, args.model, args.variant, args.precision, ", torch.compile" if args.compile else "",
+           n_params, device,
            " (%s)" % gpu if gpu else "",
            torch.get_num_threads(), args.batch_size, args.seq_len,
-           ", cudnn %s, tf32 matmul %s / cudnn %s" % (torch.backends.cudnn.version(),
+           ", cudnn %s (benchmark %s), tf32 matmul %s / cudnn %s" % (torch.backends.cudnn.version(),
+                                                       torch.backends.cudnn.benchmark,
                                                        torch.backends.cuda.matmul.allow_tf32,
                                                        torch.backends.cudnn.allow_tf32)
            if gpu else ""))
@@ -213,6 +226,8 @@ def main(argv=None):
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark if device.type == "cuda" else None,
+        "compile": args.compile,
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
         "steps": args.steps,

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "tcn/core/autocast.h"
@@ -136,7 +137,10 @@ Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& 
     r.note = "skipped (--torch off)";
     return r;
   }
-  const std::string script = std::string(TCN_SOURCE_DIR) + "/tools/bench_torch.py";
+  // $TCN_SOURCE_DIR, when set, names the checkout to take the script from (the device bundle's binaries run
+  // from another copy of the tree than the one they were built from).
+  const char* root = std::getenv("TCN_SOURCE_DIR");
+  const std::string script = std::string(root && *root ? root : TCN_SOURCE_DIR) + "/tools/bench_torch.py";
   std::string cmd = o.python + " -c 'import torch' 2>/dev/null";
   if (std::system(cmd.c_str()) != 0) {
     r.note = "PyTorch not importable by " + o.python + " (apt-get install python3-torch)";
