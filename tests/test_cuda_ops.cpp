@@ -23,6 +23,8 @@ TEST_SUITE("cuda") {
 
 TEST_CASE("CUDA vs CPU: elementwise with broadcasting, float32 and float64" * doctest::skip(kNoGpu)) {
   for (DType dt : {DType::F32, DType::F64}) {
+    // CUDA's expf, tanhf, logf, powf are within 1-4 ulp, the CPU's libm within 1; a gradient adds a product or
+    // two, which nvcc may contract: a few ulp in all (float32 ulp 6e-8), far inside 1e-5.
     const double rtol = dt == DType::F32 ? 1e-5 : 1e-12;
     Tensor a = rand_tensor({3, 4, 5}, 1, true, -1, 1, dt), b = rand_tensor({4, 1}, 2, false, 0.5, 2, dt);
     compare([](const TensorList& v) { return add(v[0], v[1]); }, {a, b}, rtol);
@@ -45,7 +47,9 @@ TEST_CASE("CUDA vs CPU: elementwise with broadcasting, float32 and float64" * do
 TEST_CASE("CUDA elementwise: merged dims, 16-byte packs with their tails, misaligned and strided views, as the CPU" *
           doctest::skip(kNoGpu)) {
   const Device cuda0 = Device::cuda(0);
-  auto same = [](const Tensor& gpu, const Tensor& cpu) {  // elementwise math is exact in both: bit for bit
+  // Bit for bit: each output here is one IEEE-rounded operation (a sum, a product, a quotient, a copy or a
+  // conversion) on both devices, with nothing for nvcc to contract into an FMA.
+  auto same = [](const Tensor& gpu, const Tensor& cpu) {
     REQUIRE(gpu.device() == Device::cuda(0));
     CHECK(gpu.to(Device::cpu()).to(DType::F64).to_vector<double>() == cpu.to(DType::F64).to_vector<double>());
   };
@@ -93,6 +97,9 @@ TEST_CASE("CUDA elementwise: merged dims, 16-byte packs with their tails, misali
 
 TEST_CASE("CUDA vs CPU: sums, GEMMs, copies and in-place updates" * doctest::skip(kNoGpu)) {
   for (DType dt : {DType::F32, DType::F64}) {
+    // GEMMs add in another order on each device (cuBLAS's tiles and split-K, OpenBLAS's blocks): the error
+    // grows with the number of terms and cancellation, and 1e-4 covers a few hundred float32 terms. Sums
+    // accumulate in double on both and differ at most in their final rounding.
     const double rtol = dt == DType::F32 ? 1e-4 : 1e-10;
     Tensor x = rand_tensor({6, 7, 8}, 3, true, -1, 1, dt);
     compare([](const TensorList& v) { return sum(v[0], {0, 1}); }, {x}, rtol);
@@ -148,6 +155,8 @@ TEST_CASE("CUDA vs CPU: layer primitives" * doctest::skip(kNoGpu)) {
 
 TEST_CASE("CUDA dropout draws the CPU's masks" * doctest::skip(kNoGpu)) {
   // A thread takes a Philox block of four elements: sizes with each remainder mod 4, and two draws in a row.
+  // The masks are equal (the same Philox stream), and each kept value is one product x * scale on both devices:
+  // bit for bit.
   for (const Shape& shape : std::vector<Shape>{{64, 33}, {7, 5}, {1}, {2, 3}, {3, 1, 5, 3}}) {
     Tensor x = rand_tensor(shape, 16, false, -1, 1, DType::F32);
     for (bool with_relu : {false, true}) {
@@ -189,6 +198,7 @@ TEST_CASE("CUDA vs CPU: dropout reads strided inputs and gradients; pad is one k
       },
       {x}, 1e-6);
   // The TCN block's tail: a narrowed conv output and a narrowed residual, the gradient arriving transposed.
+  // Bit for bit: the kernel rounds x * scale and the sum with res separately (add_rn/mul_rn), as the CPU does.
   Tensor r = rand_tensor({3, 11, 5}, 20, false, -1, 1, DType::F32);
   for (int draw = 0; draw < 2; ++draw) {
     Generator g1(7 + draw), g2(7 + draw);

@@ -44,7 +44,9 @@
 # reason; the CPU runs use the bundle's binaries as on the device.
 #
 # Settings: DEVICE_CHECK_BUDGET (seconds; default 470, rehearsal 900),
-# BENCH_STEPS (default 20), OUT (default /tmp/device_check_out).
+# DEVICE_CHECK_STEPS (the steps to run, default "1 2 3 4 5 6 7 8 9"; step 0
+# always runs, step 5 reads step 4's runs), BENCH_STEPS (default 20), OUT
+# (default /tmp/device_check_out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ulimit -c 0  # a crash must not spend the window writing a core file
@@ -60,6 +62,8 @@ OUT=${OUT:-/tmp/device_check_out}
 mkdir -p "$OUT"
 if (( REHEARSE )); then BUDGET=${DEVICE_CHECK_BUDGET:-900}; else BUDGET=${DEVICE_CHECK_BUDGET:-470}; fi
 BENCH_STEPS=${BENCH_STEPS:-20}
+STEPS=${DEVICE_CHECK_STEPS:-1 2 3 4 5 6 7 8 9}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 EMU_BUILD=${EMU_BUILD:-build-emu}
 T0=$(date +%s)
 LOGS=$(mktemp -d /tmp/device_check.XXXXXX)
@@ -266,8 +270,11 @@ STDCXX=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF
 HAS_CXX=$( [ -n "$STDCXX" ] && grep -ao 'GLIBCXX_[0-9.]*[0-9]' "$STDCXX" | sort -uV | tail -1)
 INFO+=("- runtimes: the bundle needs ${NEEDS:-?}; this machine has GLIBC_${GLIBC:-?} and ${HAS_CXX:-no libstdc++ found} (bundle's fallback/ used when older)")
 
+# cuDNN's folder too: libcudnn.so.9 loads its sub-libraries (and NVRTC, for its runtime-compiled kernels)
+# through the loader's search path.
+NVRTC_DIR=$(first_with libnvrtc.so.13)
 LDP=$B
-for d in "$CUDART_DIR" "$CUBLAS_DIR" "$LIBCUDA_DIR" "$NCCL_DIR"; do
+for d in "$CUDART_DIR" "$CUBLAS_DIR" "$LIBCUDA_DIR" "$NCCL_DIR" "$CUDNN_DIR" "$NVRTC_DIR"; do
   [ -n "$d" ] && [[ ":$LDP:" != *":$d:"* ]] && LDP=$LDP:$d
 done
 [ -n "$ORIG_LD" ] && LDP=$LDP:$ORIG_LD
@@ -309,28 +316,36 @@ fi
 (( BUNDLE_OK )) || probe="MISSING BUNDLE"
 [ -n "$TRAIN_FLAGS" ] || { probe="MISSING BUNDLE (no ref/ flags)"; TRAIN_FLAGS="--max_steps 20 --log-interval 1 --eval_batches 4"; }
 [ -n "$UNRESOLVED" ] && probe="FAILED: unresolved $UNRESOLVED"
+[ "$STEPS" = "1 2 3 4 5 6 7 8 9" ] || INFO+=("- steps run: $STEPS (DEVICE_CHECK_STEPS)")
 row "0. probe" "$probe" "$(elapsed)" "unresolved by ldd: ${UNRESOLVED:-none}; compute-sanitizer: ${SAN:-not found}"
 pack
 
 # --- 1-3. the test suites, each in its own process ---------------------------------------------
 say "== 1-3. tcn_tests: the GPU's suites"
 # Two threads for the CPU side of each comparison, as in CI.
+if want 1; then
 step tests_device 60 env OMP_NUM_THREADS=2 "$GPU_TESTS" -ts=device --duration=true
 tests_row tests_device "1. tcn_tests -ts=device"
 step tests_cuda 150 env OMP_NUM_THREADS=2 "$GPU_TESTS" -ts=cuda '-sfe=*test_cudnn.cpp' --duration=true
 tests_row tests_cuda "1. tcn_tests -ts=cuda (without cuDNN's cases)"
+fi
+if want 2; then
 step tests_cudnn 90 env OMP_NUM_THREADS=2 "$GPU_TESTS" '-sf=*test_cudnn.cpp' --duration=true
 if (( REHEARSE )) && (( RC == 0 )); then STATUS="ok (rehearsal: cuDNN's GPU cases report themselves skipped: the emulated device has no cuDNN)"; fi
 tests_row tests_cudnn "2. cuDNN's cases (TCN_CUDNN_LIBRARY=${TCN_CUDNN_LIBRARY:-unset})"
+fi
+if want 3; then
 step tests_gpu_other 120 env OMP_NUM_THREADS=2 "$GPU_TESTS" \
   '-sf=*test_step_graph.cpp,*test_golden.cpp,*test_profiler.cpp,*test_autocast.cpp' --duration=true
 tests_row tests_gpu_other "3. graph, golden, profiler, autocast"
+fi
 
 # --- 4. training on the device ----------------------------------------------------------------------
-say "== 4. charlm train --device cuda: $TRAIN_FLAGS"
 PTB_DIR=$B/ptb
 # shellcheck disable=SC2206
 TF=($TRAIN_FLAGS)
+say "== 4. charlm train --device cuda: $TRAIN_FLAGS"
+if want 4; then
 train() {  # NAME MODEL EXTRA...: a training run on the device, its CSV and checkpoints in $LOGS
   local name=$1 model=$2
   shift 2
@@ -360,8 +375,11 @@ else
 fi
 train lstm_graph lstm --cuda_graph on
 
+fi  # step 4
+
 # --- 5. the losses against the CPU's ----------------------------------------------------------------
 say "== 5. losses on the device vs the CPU's (ref/cpu_*_$REF.csv, computed where the bundle was made)"
+if want 5; then
 # float32 on both, the GEMMs summed in other orders: the CPU and PyTorch agree within 5.3e-5 over 20 steps
 # (README), so 1e-3 relative is loose enough for any honest float32 difference and tight enough for a bug.
 LOSS_RTOL=1e-3
@@ -391,7 +409,7 @@ for run in tcn_graph lstm_graph tcn_cudnn; do
   verdict=${cmp_line%%$'\t'*}
   [ -f "$ref" ] || verdict="MISSING ref/cpu_${m}_$REF.csv"
   LOSS_TABLE+=$'\n'"| $run ${cmp_line#*$'\t'}"
-  worst=$(awk -F'|' '{gsub(/^ +| +$/, "", $4); print $4}' <<<"${cmp_line#*$'\t'}")
+  worst=$(awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}' <<<"${cmp_line#*$'\t'}")
   row "5. $run losses vs CPU (rtol $LOSS_RTOL)" "${verdict:-FAILED}" 0 "largest relative difference (at step): ${worst:--}"
 done
 SECTIONS+=("$LOSS_TABLE")
@@ -402,8 +420,11 @@ ${CAPTURE_LINES:-(no 'cuda graph:' lines)}
 \`\`\`")
 write_summary
 
+fi  # step 5
+
 # --- 6. charlm bench beside PyTorch on the same device ----------------------------------------------
 say "== 6. charlm bench --device cuda beside PyTorch"
+if want 6; then
 if (( TORCH_CUDA )); then
   step bench 200 "$GPU_CHARLM" bench --device cuda "${BENCH[@]}" --generate_chars 0 --python "${PYENV[*]} $PY"
   note="PyTorch eager, cudnn.benchmark on"
@@ -433,8 +454,11 @@ ${CONV_CHOICES:-(no conv1d choice lines)}
 \`\`\`")
 write_summary
 
+fi  # step 6
+
 # --- 7. the layer benchmarks -------------------------------------------------------------------------
 say "== 7. bench_cudnn (ours: GEMM/fused vs cuDNN) and tools/bench_torch_layers.py (nn.Conv1d, nn.LSTM)"
+if want 7; then
 step bench_cudnn 120 "$GPU_BENCH_CUDNN" --device cuda --precision all "${LAYER_SHAPE[@]}"
 row "7. bench_cudnn" "$STATUS" "$SECS" "$(grep -m1 '^bench_cudnn' "$LOGS/bench_cudnn.log" | cut -c1-120)"
 LAYER_TABLE="### conv1d and LSTM layers, forward + backward, ms per call$( (( REHEARSE )) && echo ' (EMULATED: the times mean nothing)')
@@ -456,8 +480,11 @@ fi
 SECTIONS+=("$LAYER_TABLE")
 write_summary
 
+fi  # step 7
+
 # --- 8. memcheck on a short training run --------------------------------------------------------------
 say "== 8. compute-sanitizer memcheck: 3 training steps of each model"
+if want 8; then
 if (( REHEARSE )); then
   skip "8. memcheck, 3 training steps" "rehearsal: compute-sanitizer needs a GPU"
 elif [ -z "$SAN" ]; then
@@ -475,8 +502,11 @@ else
   done
 fi
 
+fi  # step 8
+
 # --- 9. as time allows ----------------------------------------------------------------------------------
 say "== 9. as time allows: the profiler, the remaining suites, racecheck, the stretch run"
+if want 9; then
 step profile 120 "$GPU_CHARLM" bench --device cuda --model tcn "${SHAPE[@]}" --steps 1 --warmup 3 --generate_chars 0 \
   --torch off --profile 3 --trace "$OUT/trace.json"
 row "9. bench --profile 3 (TCN)" "$STATUS" "$SECS" "traces: $(cd "$OUT" && ls trace*.json 2>/dev/null | tr '\n' ' ')"
@@ -538,6 +568,8 @@ else
     "$epochs epoch(s), ${steps:-0} steps; last valid bpc ${lastv:--}, test bpc ${lastt:--} (the paper: 1.31 test, after 100 epochs); ${STRETCH[*]}"
   cp "$LOGS/stretch.csv" "$OUT/stretch.csv" 2>/dev/null
 fi
+
+fi  # step 9
 
 # --- summary ------------------------------------------------------------------------------------------
 if [ -n "$SMI" ]; then
