@@ -62,6 +62,14 @@ void add_backend_options(CLI::App* cmd, std::string& conv_impl, std::string& lst
                 "paths are deterministic)");
 }
 
+// eval and generate: a PyTorch state_dict without our metadata (model_file.h).
+void add_foreign_options(CLI::App* cmd, std::string& vocab_file, bool& allow_extra) {
+  cmd->add_option("--vocab", vocab_file,
+                  "a PyTorch state_dict's vocabulary: a JSON list of strings in index order (default: its 'vocab' "
+                  "metadata, else the characters of --data, sorted)");
+  cmd->add_flag("--allow_extra", allow_extra, "a PyTorch state_dict: skip tensors that are no parameter of the model");
+}
+
 int run_cli(int argc, char** argv, const Program& program) {
   CLI::App app{program.description, program.name};
   app.require_subcommand(1);
@@ -97,7 +105,11 @@ int run_cli(int argc, char** argv, const Program& program) {
   train->add_option("--data", t.data, "folder with ptb.{train,valid,test}.txt")->capture_default_str();
   train->add_option("--save", t.save, "best model checkpoint (.safetensors); the latest state goes to *.last.safetensors");
   train->add_option("--resume", t.resume, "continue exactly from a checkpoint written by --save");
-  train->add_option("--init", t.init, "start from a checkpoint's weights (e.g. exported from PyTorch)");
+  train->add_option("--init", t.init,
+                    "start from a checkpoint's weights: ours, or a PyTorch state_dict in safetensors (sizes from "
+                    "its shapes, checked against the flags; vocabulary: the data's)");
+  train->add_flag("--allow_extra", t.allow_extra,
+                  "--init from a PyTorch state_dict: skip tensors that are no parameter of the model");
   train->add_option("--threads", t.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
   train->add_option("--metrics", t.metrics, "metrics CSV (default runs/<model>.csv, runs/word_<model>.csv for words)");
   train->add_option("--eval_batch_size", t.eval_batch_size, "streams when evaluating, in [1, 100000]")->capture_default_str();
@@ -135,6 +147,7 @@ int run_cli(int argc, char** argv, const Program& program) {
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   eval->add_option("--threads", e.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
+  add_foreign_options(eval, e.vocab_file, e.allow_extra);
 
   GenerateOptions g;
   auto* gen = app.add_subcommand("generate", "Sample characters (words, for a word model) from a checkpoint after a prompt");
@@ -145,6 +158,9 @@ int run_cli(int argc, char** argv, const Program& program) {
   gen->add_option("--seed", g.seed, "sampling seed, in [0, 2^64 - 1]")->capture_default_str()->check(kSeed);
   gen->add_flag("--full", g.full_recompute, "recompute the whole context for every token (slow; for checking)");
   gen->add_option("--threads", g.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
+  gen->add_option("--data", g.data, "folder with ptb.*.txt: the vocabulary of a PyTorch state_dict")
+      ->capture_default_str();
+  add_foreign_options(gen, g.vocab_file, g.allow_extra);
 
   BenchOptions b;
   auto* bench = app.add_subcommand("bench", "Time training steps of both character models (and PyTorch's, when installed)");

@@ -1,5 +1,6 @@
 #include "generate.h"
 
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "data.h"
 #include "flags.h"
 #include "train.h"
+#include "model_file.h"
 
 namespace charlm {
 
@@ -162,8 +164,10 @@ int run_generate(const GenerateOptions& o) {
   limits::check("--threads", o.threads, 0, limits::kMaxThreads, " (0: the default)");
   TCN_CHECK(!o.prompt.empty(), "--prompt must not be empty");
   if (o.threads > 0) set_num_threads(o.threads);
-  check_regular_input(o.checkpoint, "--checkpoint");
-  nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
+  nn::LoadedCharLM m = load_model_file(o.checkpoint, "--checkpoint",
+                                       ModelFileOptions{.data = o.data, .vocab_file = o.vocab_file,
+                                                        .allow_extra = o.allow_extra})
+                           .loaded;
   Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
   const bool words = vocab.kind == Tokens::Words;
   std::vector<int64_t> prompt = vocab.encode(o.prompt, "--prompt");

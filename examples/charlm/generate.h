@@ -17,6 +17,8 @@ namespace charlm {
 
 struct GenerateOptions {
   std::string checkpoint, prompt = "the ";
+  std::string data = "data/ptb", vocab_file;  // a PyTorch state_dict's vocabulary (model_file.h)
+  bool allow_extra = false;
   int64_t n = 200;
   double temperature = 1.0;
   uint64_t seed = 1;

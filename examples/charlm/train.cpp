@@ -1,5 +1,6 @@
 #include "train.h"
 
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "tcn/nn/optim.h"
 #include "tcn/nn/profiler.h"
 #include "tcn/ops/cpu_blas.h"
+#include "model_file.h"
 
 namespace charlm {
 
@@ -482,12 +484,21 @@ int run_train(TrainOptions o) {
     }
     if (!o.init.empty()) {
       // Weights only: e.g. a PyTorch model's initial state, to compare training runs step by step.
-      nn::LoadedCharLM init = nn::load_char_lm(o.init, "optim.");
-      TCN_CHECK(init.vocab == corpus.vocab.tokens, "--init ", o.init, ": the checkpoint's vocabulary differs from the data's");
-      TCN_CHECK(init.model->kind() == o.model && init.model->config_json() == model->config_json(), "--init ", o.init,
-                ": the checkpoint's ", init.model->kind(), " config ", init.model->config_json().dump(),
-                " does not match the flags ", model->config_json().dump());
-      nn::load_module(init.file, *model, "optim.");
+      // Ours, or a PyTorch state_dict (its sizes checked against the flags; its vocabulary is the data's).
+      const nlohmann::json flags = model->config_json();
+      nn::ImportOptions sizes{.model = o.model, .vocab_size = corpus.vocab.size(), .emsize = flags.at("emsize"),
+                              .nhid = flags.at("nhid")};
+      if (o.model == "tcn") sizes.levels = o.levels, sizes.ksize = o.ksize;
+      else sizes.layers = o.layers;
+      ModelFile init = load_model_file(o.init, "--init",
+                                       ModelFileOptions{.data = o.data, .allow_extra = o.allow_extra}, sizes);
+      TCN_CHECK(init.loaded.vocab == corpus.vocab.tokens, "--init ", o.init,
+                ": the checkpoint's vocabulary differs from the data's");
+      // A state_dict holds no dropout rates: the flags' apply. Our checkpoints must match the flags in full.
+      TCN_CHECK(init.foreign || (init.loaded.model->kind() == o.model && init.loaded.model->config_json() == flags),
+                "--init ", o.init, ": the checkpoint's ", init.loaded.model->kind(), " config ",
+                init.loaded.model->config_json().dump(), " does not match the flags ", flags.dump());
+      nn::load_module(init.loaded.file, *model, "optim.");
     }
   }
   model->to(device);
@@ -805,8 +816,10 @@ int run_eval(const EvalOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = resolve_device(o.device);
   const Autocast precision(precision_for(o.precision, device));
-  check_regular_input(o.checkpoint, "--checkpoint");
-  nn::LoadedCharLM m = nn::load_char_lm(o.checkpoint, "optim.");
+  nn::LoadedCharLM m = load_model_file(o.checkpoint, "--checkpoint",
+                                       ModelFileOptions{.data = o.data, .vocab_file = o.vocab_file,
+                                                        .allow_extra = o.allow_extra})
+                           .loaded;
   Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
   const std::string file = o.data + "/ptb." + o.split + ".txt";
   const std::string text = read_data_file(file);

@@ -36,6 +36,7 @@ struct TrainOptions {
   std::string conv_impl = "auto";                  // CUDA conv1d: auto, cudnn or gemm (core/backends.h)
   std::string lstm_impl = "fused";                 // CUDA LSTM: fused or cudnn
   bool deterministic = false;                      // cuDNN: deterministic algorithms only
+  bool allow_extra = false;  // --init from a PyTorch state_dict: skip tensors that are no parameter
   int64_t profile = 0;                             // profile this many steps after 2 warm-up steps (nn/profiler.h)
   std::string trace;                               // with profile: the Chrome trace of the profiled steps
 };
@@ -51,6 +52,8 @@ void check_resume_metadata(const TrainOptions& o, const tcn::nn::Metadata& meta,
 
 struct EvalOptions {
   std::string checkpoint, data = "data/ptb", split = "test", device = "auto";  // tokens: the checkpoint's
+  std::string vocab_file;    // a PyTorch state_dict's vocabulary (model_file.h); default: the data's
+  bool allow_extra = false;  // a PyTorch state_dict's tensors that are no parameter: skipped, not an error
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
   int threads = 0;
   std::string precision = "fp32";

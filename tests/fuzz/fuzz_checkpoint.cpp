@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "examples/charlm/train.h"
+#include "tcn/nn/import.h"
 #include "tcn/nn/optim.h"
 
 namespace {
@@ -33,8 +34,19 @@ void load_optimizer_state(const tcn::nn::SafetensorsContents& file, tcn::nn::Opt
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tcn::nn::LoadedCharLM loaded;
   try {
-    loaded = tcn::nn::load_char_lm(
-        tcn::nn::parse_safetensors(std::string_view(reinterpret_cast<const char*>(data), size), "input"), "optim.");
+    tcn::nn::SafetensorsContents file =
+        tcn::nn::parse_safetensors(std::string_view(reinterpret_cast<const char*>(data), size), "input");
+    if (!tcn::nn::is_tcn_checkpoint(file)) {
+      // A PyTorch state_dict without our metadata (nn/import.h), read as charlm eval reads it.
+      for (bool extra : {false, true}) {
+        try {
+          (void)tcn::nn::import_state_dict(file, tcn::nn::ImportOptions{.allow_extra = extra});
+        } catch (const tcn::Error&) {
+        }
+      }
+      return 0;
+    }
+    loaded = tcn::nn::load_char_lm(std::move(file), "optim.");
   } catch (const tcn::Error&) {
     return 0;  // rejected with a message: the expected outcome for most inputs
   }

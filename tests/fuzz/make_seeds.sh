@@ -22,4 +22,6 @@ for model in tcn lstm; do
     for f in "$work/$name".*safetensors; do cp "$f" "$out/"; done
   done
 done
+# PyTorch state_dicts without our metadata, in each naming variant (nn/import.h).
+for f in "$(dirname "$0")"/../golden/foreign/*_*.safetensors; do cp "$f" "$out/foreign-$(basename "$f")"; done
 ls -l "$out"

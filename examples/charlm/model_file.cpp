@@ -1,0 +1,74 @@
+#include "model_file.h"
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "data.h"
+#include "tcn/core/error.h"
+
+namespace charlm {
+
+using namespace tcn;
+
+namespace {
+
+// A JSON list of strings: from a --vocab file or the "vocab" metadata entry.
+std::vector<std::string> parse_vocab(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL(where, ": not JSON (", e.what(), "); expected a list of strings, e.g. [\"\\n\", \" \", \"a\"]");
+  }
+  TCN_CHECK(j.is_array() && std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); }), where,
+            ": expected a JSON list of strings (the vocabulary in index order)");
+  return j.get<std::vector<std::string>>();
+}
+
+}  // namespace
+
+ModelFile load_model_file(const std::string& path, const std::string& flag, const ModelFileOptions& o,
+                          const nn::ImportOptions& sizes) {
+  check_regular_input(path, flag);
+  nn::SafetensorsContents file = nn::load_safetensors(path);
+  ModelFile out;
+  if (nn::is_tcn_checkpoint(file)) {
+    out.loaded = nn::load_char_lm(std::move(file), "optim.");
+    return out;
+  }
+  // A PyTorch state_dict: names and config from its tensors, the vocabulary from elsewhere.
+  nn::ImportOptions io = sizes;
+  io.allow_extra = o.allow_extra;
+  nn::ImportedStateDict imp = nn::import_state_dict(file, io);
+  std::fprintf(stderr, "%s %s: %s\n", flag.c_str(), path.c_str(), nn::describe(imp).c_str());
+  std::vector<std::string> vocab;
+  std::string vocab_from;
+  if (!o.vocab_file.empty()) {
+    vocab = parse_vocab(read_data_file(o.vocab_file), "--vocab " + o.vocab_file);
+    vocab_from = "--vocab " + o.vocab_file;
+  } else if (auto it = imp.file.metadata.find("vocab"); it != imp.file.metadata.end()) {
+    vocab = parse_vocab(it->second, path + ": metadata 'vocab'");
+    vocab_from = "the file's 'vocab' metadata";
+  } else {
+    vocab = load_corpus(o.data, Tokens::Chars).vocab.tokens;
+    vocab_from = "the data";
+    std::fprintf(stderr,
+                 "%s %s: warning: a state_dict holds no vocabulary; using the %zu characters of %s, sorted, as the "
+                 "reference trainer builds them. The model's must be in that order: if it was trained on other "
+                 "data, give its vocabulary with --vocab FILE (a JSON list) or a 'vocab' metadata entry "
+                 "(tools/convert_pytorch.py --vocab)\n",
+                 flag.c_str(), path.c_str(), vocab.size(), o.data.c_str());
+  }
+  const int64_t vocab_size = imp.config.at("vocab_size").get<int64_t>();
+  TCN_CHECK(static_cast<int64_t>(vocab.size()) == vocab_size, flag, " ", path, ": the model has ", vocab_size,
+            " tokens (encoder.weight), but the vocabulary from ", vocab_from, " has ", vocab.size());
+  out.loaded.vocab = vocab;
+  out.loaded.model = nn::make_char_lm(imp.kind, imp.config, 0);
+  nn::load_module(imp.file, *out.loaded.model);
+  out.loaded.file = std::move(imp.file);
+  out.foreign = true;
+  return out;
+}
+
+}  // namespace charlm
