@@ -51,14 +51,16 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
     vocab = parse_vocab(it->second, path + ": metadata 'vocab'");
     vocab_from = "the file's 'vocab' metadata";
   } else {
-    vocab = load_corpus(o.data, Tokens::Chars).vocab.tokens;
+    const Tokens kind = parse_tokens(o.tokens);
+    vocab = load_corpus(o.data, kind).vocab.tokens;
     vocab_from = "the data";
     std::fprintf(stderr,
-                 "%s %s: warning: a state_dict holds no vocabulary; using the %zu characters of %s, sorted, as the "
+                 "%s %s: warning: a state_dict holds no vocabulary; using the %zu %s of %s, %s, as the "
                  "reference trainer builds them. The model's must be in that order: if it was trained on other "
                  "data, give its vocabulary with --vocab FILE (a JSON list) or a 'vocab' metadata entry "
                  "(tools/convert_pytorch.py --vocab)\n",
-                 flag.c_str(), path.c_str(), vocab.size(), o.data.c_str());
+                 flag.c_str(), path.c_str(), vocab.size(), kind == Tokens::Chars ? "characters" : "words",
+                 o.data.c_str(), kind == Tokens::Chars ? "sorted" : "in order of first appearance");
   }
   const int64_t vocab_size = imp.config.at("vocab_size").get<int64_t>();
   TCN_CHECK(static_cast<int64_t>(vocab.size()) == vocab_size, flag, " ", path, ": the model has ", vocab_size,
@@ -67,6 +69,7 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
   out.loaded.model = nn::make_char_lm(imp.kind, imp.config, 0);
   nn::load_module(imp.file, *out.loaded.model);
   out.loaded.file = std::move(imp.file);
+  out.loaded.file.metadata["tokens"] = o.tokens;  // what checkpoint_tokens() reads
   out.foreign = true;
   return out;
 }

@@ -15,7 +15,8 @@ struct ModelFileOptions {
   // this order: vocab_file (a JSON list of strings, index order), the file's
   // "vocab" metadata, else the data folder, as the trainer builds it.
   std::string data = "data/ptb", vocab_file;
-  bool allow_extra = false;  // skip tensors that are no parameter of the model
+  std::string tokens = "char";  // what the data's vocabulary is made of: "char" or "word" (wordlm)
+  bool allow_extra = false;     // skip tensors that are no parameter of the model
 };
 
 struct ModelFile {

@@ -491,7 +491,8 @@ int run_train(TrainOptions o) {
       if (o.model == "tcn") sizes.levels = o.levels, sizes.ksize = o.ksize;
       else sizes.layers = o.layers;
       ModelFile init = load_model_file(o.init, "--init",
-                                       ModelFileOptions{.data = o.data, .allow_extra = o.allow_extra}, sizes);
+                                       ModelFileOptions{.data = o.data, .tokens = o.tokens, .allow_extra = o.allow_extra},
+                                       sizes);
       TCN_CHECK(init.loaded.vocab == corpus.vocab.tokens, "--init ", o.init,
                 ": the checkpoint's vocabulary differs from the data's");
       // A state_dict holds no dropout rates: the flags' apply. Our checkpoints must match the flags in full.
@@ -818,7 +819,7 @@ int run_eval(const EvalOptions& o) {
   const Autocast precision(precision_for(o.precision, device));
   nn::LoadedCharLM m = load_model_file(o.checkpoint, "--checkpoint",
                                        ModelFileOptions{.data = o.data, .vocab_file = o.vocab_file,
-                                                        .allow_extra = o.allow_extra})
+                                                        .tokens = o.tokens, .allow_extra = o.allow_extra})
                            .loaded;
   Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
   const std::string file = o.data + "/ptb." + o.split + ".txt";

@@ -53,6 +53,7 @@ void check_resume_metadata(const TrainOptions& o, const tcn::nn::Metadata& meta,
 struct EvalOptions {
   std::string checkpoint, data = "data/ptb", split = "test", device = "auto";  // tokens: the checkpoint's
   std::string vocab_file;    // a PyTorch state_dict's vocabulary (model_file.h); default: the data's
+  std::string tokens = "char";  // a PyTorch state_dict's tokens ("word" for wordlm); ours say their own
   bool allow_extra = false;  // a PyTorch state_dict's tensors that are no parameter: skipped, not an error
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
   int threads = 0;

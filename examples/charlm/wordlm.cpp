@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   t.epochs = 100;
   t.eval_batch_size = 10;
   charlm::EvalOptions e;
+  e.tokens = "word";
   e.seq_len = 80;
   e.validseqlen = 40;
   e.batch_size = 10;
