@@ -102,6 +102,19 @@ inline double close_ratio(const Tensor& a, const Tensor& b, double atol, double 
   return worst;
 }
 
+// ||a - b|| / ||b||, over all elements: the error of a reduced-precision result (bf16, TF32) relative to its
+// reference's size, which elementwise tolerances misjudge near zero.
+inline double rel_err(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  double d = 0, n = 0;
+  for (size_t i = 0; i < av.size(); ++i) {
+    d += (av[i] - bv[i]) * (av[i] - bv[i]);
+    n += bv[i] * bv[i];
+  }
+  return std::sqrt(d / n);
+}
+
 // CHECK that expr throws a tcn::Error whose message contains text.
 #define CHECK_ERROR(expr, text) CHECK_THROWS_WITH_AS((void)(expr), doctest::Contains(text), tcn::Error)
 

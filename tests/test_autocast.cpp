@@ -11,21 +11,11 @@
 #include "tcn/ops/cpu_blas.h"
 
 using namespace tcn;
+using tcn::test::rel_err;
 
 namespace {
 
 Tensor rounded(const Tensor& x) { return x.to(DType::BF16).to(DType::F32); }
-
-// ||a - b|| / ||b||
-double rel_err(const Tensor& a, const Tensor& b) {
-  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
-  double d = 0, n = 0;
-  for (size_t i = 0; i < av.size(); ++i) {
-    d += (av[i] - bv[i]) * (av[i] - bv[i]);
-    n += bv[i] * bv[i];
-  }
-  return std::sqrt(d / n);
-}
 
 // bf16 logits and loss of a golden model against PyTorch's float32 ones.
 std::pair<double, double> golden_bf16_errors(const std::string& file, const std::string& kind,

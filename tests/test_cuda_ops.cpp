@@ -263,13 +263,7 @@ TEST_CASE("CUDA bf16: conversions, copies and fills as on the CPU; autocast GEMM
   }
   g32 = conv1d(x.to(gpu), w.to(gpu), b.to(gpu), 2, 4).to(Device::cpu());
   CHECK(g16.dtype() == DType::F32);
-  double d = 0, n = 0;
-  const auto v16 = g16.to_vector<float>(), v32 = g32.to_vector<float>();
-  for (size_t i = 0; i < v16.size(); ++i) {
-    d += (v16[i] - v32[i]) * (v16[i] - v32[i]);
-    n += v32[i] * v32[i];
-  }
-  CHECK(std::sqrt(d / n) > 1e-4);  // the bf16 path ran on the device
+  CHECK(test::rel_err(g16, g32) > 1e-4);  // the bf16 path ran on the device
 
   // The LSTM layer's recurrent GEMMs in bf16 (h_{t-1} and dG_t rounded by the cell kernels): the CPU's bf16
   // results, gradients included (the cell's float32 math in another order, so a looser bound), and not float32's.
@@ -482,16 +476,7 @@ TEST_CASE("CUDA GEMMs under --precision tf32 run in TF32 (inputs to 10 mantissa 
   // TF32 keeps 10 of float32's 23 mantissa bits: each operand is off by up to 2^-11 relative, each product by
   // about 1e-3, and the errors of 500-odd products add up like a random walk, so the result is off by a few
   // 1e-4 of its norm (float32 alone: 1e-7). Within 2e-3 passes TF32 and fails anything coarser (bf16: 1e-2).
-  auto rel_norm = [](const Tensor& got, const Tensor& want) {
-    const auto g = got.to_vector<double>(), w = want.to_vector<double>();
-    double d = 0, n = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      d += (g[i] - w[i]) * (g[i] - w[i]);
-      n += w[i] * w[i];
-    }
-    return std::sqrt(d / n);
-  };
-  const double e_mm = rel_norm(tf32_mm, mm(a, b)), e_conv = rel_norm(tf32_conv, conv1d(x, w, Tensor(), 2, 4));
+  const double e_mm = test::rel_err(tf32_mm, mm(a, b)), e_conv = test::rel_err(tf32_conv, conv1d(x, w, Tensor(), 2, 4));
   INFO("TF32 error relative to the norm: mm ", e_mm, ", conv1d ", e_conv);
   CHECK(e_mm < 2e-3);
   CHECK(e_conv < 2e-3);
