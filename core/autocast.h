@@ -17,8 +17,8 @@
 //
 // The rule is the same on both devices: on CUDA the bf16 GEMMs are cuBLAS's
 // cublasGemmEx (bf16 tensor cores, float32 accumulation) and the conversions
-// are CUDA kernels (the LSTM layer's recurrent GEMMs, float32 on CUDA until
-// 2026-12-06, are bf16 there too: ops/lstm_layer.cpp).
+// are CUDA kernels (the LSTM layer's recurrent GEMMs included:
+// ops/lstm_layer.cpp).
 //
 // TF32 is the GPU's own reduced precision: float32 tensors throughout, and the
 // GEMMs of CUDA tensors on tensor cores, which round their inputs to 10

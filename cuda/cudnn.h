@@ -11,9 +11,9 @@
 // ops/lstm_layer.cpp). A failing cuDNN call throws tcn::Error naming the call,
 // its status and the shapes it was given.
 //
-// STATUS (2026-12-05): compiled by nvcc, never run (no GPU lent while written;
-// the emulated device has no cuDNN, so cudnn_unavailable_reason() says so there
-// and the tests of these paths report themselves skipped).
+// The emulated device has no cuDNN: cudnn_unavailable_reason() says so there,
+// and the tests of these paths report themselves skipped (docs/cudnn.md says
+// what has run where).
 #pragma once
 
 #include <cstdint>

@@ -7,12 +7,11 @@
 // Conventions as in ops/: outputs first, tensors already checked (same device,
 // dtype, broadcastable shapes), any strides unless stated.
 //
-// STATUS (2026-12-03): compiled by nvcc and linked in CI, and run in CI on the
-// emulated device (TCN_CUDA=EMU, docs/emulator.md) against their CPU twins
-// (tests/test_cuda_ops.cpp, test_cuda_train.cpp), but never run on a GPU yet
-// (no GPU has been lent to this project's sessions): cuda::verified_on_gpu()
-// stays false so no trainer picks the GPU by itself (an explicit --device cuda
-// runs them, with a warning).
+// Every kernel runs in CI on the emulated device (TCN_CUDA=EMU, docs/emulator.md)
+// against its CPU twin (tests/test_cuda_ops.cpp, test_cuda_train.cpp). Whether
+// they have been verified on a GPU is cuda::verified_on_gpu() (the README's
+// results say when); until then no trainer picks the GPU by itself, and an
+// explicit --device cuda runs them with a warning.
 #pragma once
 
 #include <cstdint>

@@ -91,7 +91,8 @@ bool emulated() { return true; }
 bool verified_on_gpu() { return false; }  // emulation is not a GPU
 #else
 bool emulated() { return false; }
-bool verified_on_gpu() { return false; }  // no GPU has run tests/test_cuda_ops.cpp yet
+// Set to true in the commit that records a passing tools/device_check.sh in the README's results.
+bool verified_on_gpu() { return false; }
 #endif
 int device_count() { return probe().count; }
 std::string unavailable_reason() { return probe().reason; }

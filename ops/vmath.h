@@ -1,7 +1,7 @@
 // exp, sigmoid and tanh for float32 loops that the compiler can vectorise.
 //
 // libm's expf/tanhf are scalar calls: in a CPU LSTM step they took 14% of the
-// time (perf, 2026-12-03), one element at a time. These are plain arithmetic
+// time (perf), one element at a time. These are plain arithmetic
 // and bit operations with no branches, so a loop over them under
 // `#pragma omp simd` becomes SIMD code (SSE2 in a generic x86-64 build, AVX-512
 // in TCN_SIMD_CLONES functions (ops/simd.h) on CPUs that have it: 11x libm there).
