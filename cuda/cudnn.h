@@ -7,7 +7,7 @@
 // must start and run without them.
 //
 // Conventions as in cuda/kernels.h: outputs first, tensors on one device,
-// contiguous unless stated, shapes checked by the op (ops/conv1d.cpp,
+// contiguous unless stated, shapes checked by the op (ops/conv1d_cudnn.cpp,
 // ops/lstm_layer.cpp). A failing cuDNN call throws tcn::Error naming the call,
 // its status and the shapes it was given.
 //
