@@ -145,7 +145,7 @@ void lstm_backward_cpu(const T* act, const T* whh, const bfloat16* whh_b, const 
 }
 
 #ifdef TCN_WITH_CUDA
-// The same two loops on a GPU: cuBLAS for the GEMMs, cuda/layers.cu for the cell.
+// The same two loops on a GPU: cuBLAS for the GEMMs, cuda/lstm_cell.cu for the cell.
 // Under mixed precision (whh_b, W_hh in bf16, defined) each GEMM multiplies bf16
 // operands into float32 (cuda::gemm with DType::BF16): h_{t-1} comes from a bf16
 // [B, H] scratch that the cell kernel of step t - 1 writes beside hs (h0's is one
