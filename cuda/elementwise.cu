@@ -148,21 +148,19 @@ void launch_map(const Tensor& out, F f, const In&... in) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The unary functor for an op, handed to fn.
+// The unary functor for an op, handed to fn (its scalar, if it takes one, is p).
+template <class F>
+F unary_functor(double p) {
+  if constexpr (std::is_empty_v<F>) return F{};
+  else return F{p};
+}
 template <class Fn>
 void with_unary(UnaryOp op, double p, Fn&& fn) {
   switch (op) {
-    case UnaryOp::Neg: return fn(fn::Neg{});
-    case UnaryOp::Relu: return fn(fn::Relu{});
-    case UnaryOp::Tanh: return fn(fn::Tanh{});
-    case UnaryOp::Sigmoid: return fn(fn::Sigmoid{});
-    case UnaryOp::Exp: return fn(fn::Exp{});
-    case UnaryOp::Log: return fn(fn::Log{});
-    case UnaryOp::Sqrt: return fn(fn::Sqrt{});
-    case UnaryOp::Pow: return fn(fn::Pow{p});
-    case UnaryOp::AddScalar: return fn(fn::AddScalar{p});
-    case UnaryOp::MulScalar: return fn(fn::MulScalar{p});
-    case UnaryOp::Minimum: return fn(fn::Minimum{p});
+#define TCN_UNARY_CASE(Name) \
+  case UnaryOp::Name: return fn(unary_functor<fn::Name>(p));
+    TCN_UNARY_OPS(TCN_UNARY_CASE)
+#undef TCN_UNARY_CASE
   }
 }
 
@@ -258,11 +256,10 @@ void unary_backward(UnaryOp op, double p, const Tensor& gx, const Tensor& g, con
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_float(a.dtype(), "CUDA kernel", [&]<class T>() {
     switch (op) {
-      case BinaryOp::Add: return launch_map<T>(out, BinaryFn<fn::Add, T>{}, a, b);
-      case BinaryOp::Sub: return launch_map<T>(out, BinaryFn<fn::Sub, T>{}, a, b);
-      case BinaryOp::Mul: return launch_map<T>(out, BinaryFn<fn::Mul, T>{}, a, b);
-      case BinaryOp::Div: return launch_map<T>(out, BinaryFn<fn::Div, T>{}, a, b);
-      case BinaryOp::AddRelu: return launch_map<T>(out, BinaryFn<fn::AddRelu, T>{}, a, b);
+#define TCN_BINARY_CASE(Name) \
+  case BinaryOp::Name: return launch_map<T>(out, BinaryFn<fn::Name, T>{}, a, b);
+      TCN_BINARY_OPS(TCN_BINARY_CASE)
+#undef TCN_BINARY_CASE
     }
   });
 }

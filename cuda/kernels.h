@@ -18,11 +18,15 @@
 #include <vector>
 
 #include "tcn/core/tensor.h"
+#include "tcn/ops/op_lists.h"
 
 namespace tcn::cuda {
 
-enum class UnaryOp { Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow, AddScalar, MulScalar, Minimum };
-enum class BinaryOp { Add, Sub, Mul, Div, AddRelu };
+// One value per functor of ops/functors.h, in the order of ops/op_lists.h.
+#define TCN_OP_ENUM_VALUE(Name) Name,
+enum class UnaryOp { TCN_UNARY_OPS(TCN_OP_ENUM_VALUE) };
+enum class BinaryOp { TCN_BINARY_OPS(TCN_OP_ENUM_VALUE) };
+#undef TCN_OP_ENUM_VALUE
 
 // y = op(x), y contiguous with x's shape. `param` is the exponent or the scalar.
 void unary_forward(UnaryOp op, double param, const Tensor& y, const Tensor& x);

@@ -10,18 +10,11 @@ namespace tcn {
 
 namespace {
 
-// Which CUDA kernel computes an op, and its scalar parameter.
-constexpr cuda::UnaryOp cuda_op(fn::Neg) { return cuda::UnaryOp::Neg; }
-constexpr cuda::UnaryOp cuda_op(fn::Relu) { return cuda::UnaryOp::Relu; }
-constexpr cuda::UnaryOp cuda_op(fn::Tanh) { return cuda::UnaryOp::Tanh; }
-constexpr cuda::UnaryOp cuda_op(fn::Sigmoid) { return cuda::UnaryOp::Sigmoid; }
-constexpr cuda::UnaryOp cuda_op(fn::Exp) { return cuda::UnaryOp::Exp; }
-constexpr cuda::UnaryOp cuda_op(fn::Log) { return cuda::UnaryOp::Log; }
-constexpr cuda::UnaryOp cuda_op(fn::Sqrt) { return cuda::UnaryOp::Sqrt; }
-constexpr cuda::UnaryOp cuda_op(fn::Pow) { return cuda::UnaryOp::Pow; }
-constexpr cuda::UnaryOp cuda_op(fn::AddScalar) { return cuda::UnaryOp::AddScalar; }
-constexpr cuda::UnaryOp cuda_op(fn::MulScalar) { return cuda::UnaryOp::MulScalar; }
-constexpr cuda::UnaryOp cuda_op(fn::Minimum) { return cuda::UnaryOp::Minimum; }
+// Which CUDA kernel computes an op (ops/op_lists.h), and its scalar parameter.
+#define TCN_CUDA_OP_OF(Name) \
+  constexpr cuda::UnaryOp cuda_op(fn::Name) { return cuda::UnaryOp::Name; }
+TCN_UNARY_OPS(TCN_CUDA_OP_OF)
+#undef TCN_CUDA_OP_OF
 template <class Op>
 double cuda_param(const Op& op) {
   if constexpr (requires { op.p; }) return op.p;
