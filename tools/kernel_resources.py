@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The compiler's resource report for every CUDA kernel of tcn, checked.
+
+Recompiles each cuda/*.cu of a CUDA build (its own compile command, from
+BUILD/compile_commands.json) with `-Xptxas -v`, and lists per kernel: registers,
+spill bytes (stores + loads), stack frame and static shared memory, for the
+build's architecture (sm_90). It fails (exit 1) on what cannot be right on a GPU:
+- any spill: registers spilled to local memory, slow in every launch;
+- static shared memory over 48 KiB: a launch fails without the opt-in attribute;
+- over 255 registers (the hardware's per-thread limit).
+Registers x threads per block must stay within 65,536 too; the block sizes are
+the launches', which ptxas does not see, so that check is left to the launch
+(cudaErrorLaunchOutOfResources names it) and the table shows the registers.
+
+    tools/kernel_resources.py [BUILD] [--markdown OUT.md] [--all]     (BUILD: default build)
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+SMEM_LIMIT = 48 * 1024
+
+
+def compile_report(entry, out_dir):
+    args = shlex.split(entry["command"])
+    if "-o" in args:
+        i = args.index("-o")
+        args[i + 1] = os.path.join(out_dir, os.path.basename(entry["file"]) + ".o")
+    args += ["-Xptxas", "-v"]
+    r = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("kernel_resources: compiling %s failed:\n%s" % (entry["file"], r.stderr[-3000:]))
+    return entry["file"], r.stderr
+
+
+def parse(text):
+    """ptxas -v output -> {mangled name: {regs, spill, stack, smem}} (the last architecture's figures)."""
+    kernels, current, props = {}, None, {}
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'", line)
+        if m:
+            current = m.group(1)
+            kernels[current] = {"arch": m.group(2), "regs": 0, "spill": 0, "stack": 0, "smem": 0}
+            continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            props = kernels.get(m.group(1))
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and props is not None:
+            props["stack"] = int(m.group(1))
+            props["spill"] = int(m.group(2)) + int(m.group(3))
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and current in kernels:
+            kernels[current]["regs"] = int(m.group(1))
+            smem = re.search(r"(\d+) bytes smem", line)  # absent when the kernel has none
+            kernels[current]["smem"] = int(smem.group(1)) if smem else 0
+    return kernels
+
+
+def demangle(names):
+    if not names:
+        return {}
+    r = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
+    out = r.stdout.splitlines() if r.returncode == 0 else names
+    return dict(zip(names, out))
+
+
+def short(name):
+    """tcn::cuda::(anonymous namespace)::dropout_fwd_kernel<float>(float*, ...) -> dropout_fwd_kernel<float>."""
+    name = name.replace("(anonymous namespace)::", "")
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    name = name[:cut]
+    for prefix in ("tcn::cuda::", "tcn::", "void "):
+        name = name.replace(prefix, "")
+    return name
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("--markdown", help="also write the table as markdown to this file")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--all", action="store_true", help="one row per instantiation, not per kernel template")
+    args = ap.parse_args()
+    cc_path = os.path.join(args.build, "compile_commands.json")
+    if not os.path.exists(cc_path):
+        sys.exit("kernel_resources: no %s (a CUDA build configured by CMake, e.g. scripts/setup.sh)" % cc_path)
+    entries = [e for e in json.load(open(cc_path))
+               if e["file"].endswith(".cu") and "/cuda/" in e["file"] and "nvcc" in e["command"]
+               and os.path.exists(e["file"])]
+    if not entries:
+        sys.exit("kernel_resources: %s compiles no cuda/*.cu with nvcc (TCN_CUDA=ON needed)" % cc_path)
+    kernels = {}
+    with tempfile.TemporaryDirectory() as out_dir, ThreadPoolExecutor(args.jobs) as pool:
+        for path, text in pool.map(lambda e: compile_report(e, out_dir), entries):
+            for name, k in parse(text).items():
+                k["file"] = os.path.basename(path)
+                kernels[name] = k
+    names = demangle(sorted(kernels))
+    rows, bad = [], []
+    for mangled, k in kernels.items():
+        name = short(names.get(mangled, mangled))
+        problems = []
+        if k["spill"]:
+            problems.append("spills %d bytes" % k["spill"])
+        if k["smem"] > SMEM_LIMIT:
+            problems.append("static shared memory %d > %d" % (k["smem"], SMEM_LIMIT))
+        if k["regs"] > 255:
+            problems.append("%d registers > 255" % k["regs"])
+        rows.append((k["file"], name, k["arch"], k["regs"], k["spill"], k["stack"], k["smem"], "; ".join(problems)))
+        if problems:
+            bad.append((name, problems))
+    rows.sort()
+    if args.all:
+        header = "| file | kernel | arch | registers | spill bytes | stack bytes | static smem bytes | problem |\n" \
+                 "|---|---|---|---|---|---|---|---|"
+        table = header + "\n" + "\n".join("| %s | `%s` | %s | %d | %d | %d | %d | %s |" % r for r in rows)
+    else:
+        # One row per kernel template: its instantiations' largest figures.
+        groups = {}
+        for f, name, arch, regs, spill, stack, smem, problem in rows:
+            key = (f, name.split("<")[0])
+            g = groups.setdefault(key, [0, 0, 0, 0, 0, arch])
+            g[0] += 1
+            g[1], g[2], g[3], g[4] = max(g[1], regs), max(g[2], spill), max(g[3], stack), max(g[4], smem)
+        header = "| file | kernel (instantiations) | registers | spill bytes | stack bytes | static smem bytes |\n" \
+                 "|---|---|---|---|---|---|"
+        table = header + "\n" + "\n".join("| %s | `%s` (%d) | %d | %d | %d | %d |" % (f, n, g[0], g[1], g[2], g[3], g[4])
+                                            for (f, n), g in sorted(groups.items()))
+    print(table)
+    worst = max(rows, key=lambda r: r[3])
+    summary = ("kernel_resources: %d kernels in %d files; most registers %d (%s); %d with a stack frame; "
+               "largest static shared memory %d bytes; %d problem(s)"
+               % (len(rows), len(entries), worst[3], worst[1], sum(1 for r in rows if r[5]),
+                  max(r[6] for r in rows), len(bad)))
+    print(summary)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n\n" + summary + "\n")
+    for name, problems in bad:
+        print("kernel_resources: %s: %s" % (name, "; ".join(problems)), file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
