@@ -8,11 +8,12 @@ build's architecture (sm_90). It fails (exit 1) on what cannot be right on a GPU
 - any spill: registers spilled to local memory, slow in every launch;
 - static shared memory over 48 KiB: a launch fails without the opt-in attribute;
 - over 255 registers (the hardware's per-thread limit).
-Registers x threads per block must stay within 65,536 too; the block sizes are
-the launches', which ptxas does not see, so that check is left to the launch
-(cudaErrorLaunchOutOfResources names it) and the table shows the registers.
+With --launches FILE (what the emulated device wrote with TCN_EMU_LAUNCHES=FILE:
+each kernel's largest block and dynamic shared memory over a test run) it also
+checks each launched kernel's registers x threads per block against 65,536 and
+its static plus dynamic shared memory against 48 KiB: the launches ptxas cannot see.
 
-    tools/kernel_resources.py [BUILD] [--markdown OUT.md] [--all]     (BUILD: default build)
+    tools/kernel_resources.py [BUILD] [--launches FILE] [--markdown OUT.md] [--all]   (BUILD: build)
 """
 
 import argparse
@@ -98,6 +99,7 @@ def main():
     ap.add_argument("--markdown", help="also write the table as markdown to this file")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--all", action="store_true", help="one row per instantiation, not per kernel template")
+    ap.add_argument("--launches", help="the emulated device's launch sizes (TCN_EMU_LAUNCHES)")
     args = ap.parse_args()
     cc_path = os.path.join(args.build, "compile_commands.json")
     if not os.path.exists(cc_path):
@@ -127,6 +129,30 @@ def main():
         rows.append((k["file"], name, k["arch"], k["regs"], k["spill"], k["stack"], k["smem"], "; ".join(problems)))
         if problems:
             bad.append((name, problems))
+    launches = {}
+    if args.launches:
+        for line in open(args.launches):
+            parts = line.split()
+            if len(parts) == 3:
+                t, d = launches.get(parts[0], (0, 0))
+                launches[parts[0]] = (max(t, int(parts[1])), max(d, int(parts[2])))
+        by_base = {}
+        for f, name, arch, regs, spill, stack, smem, problem in rows:
+            base = name.split("<")[0].split("::")[-1]
+            r, m = by_base.get(base, (0, 0))
+            by_base[base] = (max(r, regs), max(m, smem))
+        for base, (threads, dyn) in sorted(launches.items()):
+            if base not in by_base:
+                continue  # a launch of a kernel this build does not compile with nvcc (none expected)
+            regs, smem = by_base[base]
+            if regs * threads > 65536:
+                bad.append((base, ["%d registers x %d threads = %d > 65,536 per block" % (regs, threads, regs * threads)]))
+            if smem + dyn > SMEM_LIMIT:
+                bad.append((base, ["static %d + dynamic %d bytes of shared memory > 48 KiB" % (smem, dyn)]))
+        unmatched = sorted(set(launches) - set(by_base))
+        print("kernel_resources: launch sizes of %d kernels checked (%s); largest block %d threads; %s"
+              % (len(set(launches) & set(by_base)), args.launches, max([t for t, _ in launches.values()] or [0]),
+                 "kernels outside cuda/ (tests, tutorial), not checked: " + ", ".join(unmatched) if unmatched else "every launch name matched"))
     rows.sort()
     if args.all:
         header = "| file | kernel | arch | registers | spill bytes | stack bytes | static smem bytes | problem |\n" \

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <new>
@@ -96,6 +97,11 @@ struct State {
   std::recursive_mutex mu;
   Settings settings;
   Counters counters;
+  // Per kernel (its name without template arguments): the most threads per block and the most
+  // dynamic shared memory it was launched with; written at exit to $TCN_EMU_LAUNCHES, which
+  // tools/kernel_resources.py joins with the compiler's register counts.
+  std::map<std::string, std::pair<uint64_t, size_t>> launch_sizes;
+  std::string launches_file;
   std::map<uintptr_t, Region> regions;
   std::vector<size_t> device_bytes;
   std::deque<Pending> queue;
@@ -127,6 +133,7 @@ long env_long(const char* name, long lo, long hi, long fallback) {
 }
 
 void print_stats_at_exit();
+void write_launch_sizes_at_exit();
 
 State& st() {
   static State* s = [] {
@@ -149,6 +156,10 @@ State& st() {
     c.memory_limit = static_cast<size_t>(env_long("TCN_EMU_MEMORY_MB", 1, 1 << 30, 80 * 1024)) << 20;
     c.devices = static_cast<int>(env_long("TCN_EMU_DEVICES", 0, 16, 1));
     c.stats_at_exit = env_long("TCN_EMU_STATS", 0, 1, 0) == 1;
+    if (const char* f = std::getenv("TCN_EMU_LAUNCHES"); f && *f) {
+      p->launches_file = f;
+      std::atexit(write_launch_sizes_at_exit);
+    }
     p->device_bytes.assign(c.devices, 0);
     if (c.stats_at_exit) std::atexit(print_stats_at_exit);
     return p;
@@ -318,6 +329,26 @@ void print_stats_at_exit() {
   std::fprintf(stderr, "[tcn-emu] %s\n", format_counters(counters()).c_str());
 }
 
+// "name threads dynamic_smem" lines, appended (several processes of a test run share the file).
+void write_launch_sizes_at_exit() {
+  State& s = st();
+  Lock lock(s.mu);
+  if (FILE* f = std::fopen(s.launches_file.c_str(), "a")) {
+    for (const auto& [name, size] : s.launch_sizes)
+      std::fprintf(f, "%s %llu %zu\n", name.c_str(), static_cast<unsigned long long>(size.first), size.second);
+    std::fclose(f);
+  }
+}
+
+// "tcn::cuda::map_kernel<T, K>" -> "map_kernel": what the compiler's report is joined on.
+std::string kernel_base_name(const char* expr) {
+  std::string n(expr);
+  n = n.substr(0, n.find('<'));
+  if (const size_t colon = n.rfind("::"); colon != std::string::npos) n = n.substr(colon + 2);
+  while (!n.empty() && n.back() == ' ') n.pop_back();
+  return n;
+}
+
 }  // namespace
 
 // ---- internal interface (cuda/emu/internal.h) ---------------------------------------------
@@ -461,6 +492,11 @@ void submit_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, cons
     fail(cudaErrorInvalidValue, config() + ": " + std::to_string(smem) + " bytes of dynamic shared memory (at most " +
                                     std::to_string(s.settings.max_dynamic_smem) + ")");
     return;
+  }
+  if (!s.launches_file.empty()) {
+    auto& size = s.launch_sizes[kernel_base_name(site.kernel)];
+    size.first = std::max(size.first, threads);
+    size.second = std::max(size.second, smem);
   }
   for (const PointerArg& p : pointers) {
     std::string ignored;
