@@ -1,12 +1,12 @@
 #include "tcn/nn/import.h"
 
-#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
 
 #include "tcn/core/error.h"
 #include "tcn/nn/checkpoint.h"
+#include "tcn/nn/layers.h"
 #include "tcn/nn/models.h"
 #include "tcn/ops/ops.h"
 
@@ -62,22 +62,6 @@ std::pair<std::string, std::string> our_name(const std::string& name, const std:
     variant = "the tied weight under decoder.weight";
   }
   return {n, variant};
-}
-
-// weight_g of a conv weight [out, in, k]: the norm of each output channel, [out, 1, 1], as PyTorch's weight_norm.
-Tensor channel_norms(const Tensor& w) {
-  Tensor w64 = w.to(DType::F64).contiguous();
-  const int64_t out = w64.size(0), per = w64.numel() / std::max<int64_t>(out, 1);
-  std::vector<double> g(out);
-  const double* p = w64.data<double>();
-  for (int64_t o = 0; o < out; ++o) {
-    double s = 0;
-    for (int64_t i = 0; i < per; ++i) s += p[o * per + i] * p[o * per + i];
-    g[o] = std::sqrt(s);
-  }
-  Shape gs(w.dim(), 1);
-  gs[0] = out;
-  return from_vector<double>(g, gs).to(w.dtype());
 }
 
 void check_size(const std::string& path, const char* flag, int64_t given, int64_t found, const std::string& from) {
@@ -136,7 +120,7 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
       const std::string from = it->second.second;
       it = ours.erase(it);
       ours.emplace(stem + "weight_v", std::make_pair(w, from));
-      ours.emplace(stem + "weight_g", std::make_pair(channel_norms(w), from + " (its norms)"));
+      ours.emplace(stem + "weight_g", std::make_pair(norm_except_dim0(w), from + " (its norms)"));
       variants.insert("convs without weight norm (weight_g set to each channel's norm)");
       continue;
     }
@@ -204,7 +188,7 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
   TCN_CHECK(needed <= 2 * held, path, ": the shapes describe a ", out.kind, " char-LM ", out.config.dump(), " of ", needed,
             " parameters, but the file holds only ", held, " values: not a complete state_dict");
   // The model's parameters, in its order; anything else is refused unless allowed.
-  std::unique_ptr<CharLM> model;
+  std::unique_ptr<CharLM>& model = out.model;
   try {
     model = make_char_lm(out.kind, out.config, 0);
   } catch (const Error& e) {
@@ -229,7 +213,7 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
   out.read_as.assign(variants.begin(), variants.end());
   out.file.metadata = file.metadata;
   out.file.path = file.path;
-  // Shapes, missing tensors: the same check and message as for our own checkpoints.
+  // Shapes, missing tensors: the same check and message as for our own checkpoints; the model is loaded.
   load_module(out.file, *model);
   return out;
 }

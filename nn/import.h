@@ -21,11 +21,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tcn/nn/models.h"
 #include "tcn/nn/safetensors.h"
 
 namespace tcn::nn {
@@ -41,6 +43,7 @@ struct ImportedStateDict {
   std::string kind;          // "tcn" or "lstm"
   nlohmann::json config;     // from the shapes; dropouts are the reference's defaults (0.1, 0.1)
   SafetensorsContents file;  // each parameter once, under our names; the file's own metadata
+  std::unique_ptr<CharLM> model;  // built from config, its parameters loaded from file
   std::vector<std::string> read_as;  // the naming variants met ("weight norm as a parametrization", ...)
   std::vector<std::string> skipped;  // tensors left out under allow_extra
 };

@@ -27,12 +27,12 @@ const SafetensorsContents& expected() {
 ImportedStateDict check_against_pytorch(const std::string& file, const std::string& which) {
   INFO(file);
   ImportedStateDict imp = import_state_dict(load_safetensors(foreign(file)));
-  auto model = make_char_lm(imp.kind, imp.config, 3);
-  load_module(imp.file, *model);
-  model->eval();
+  REQUIRE(imp.model != nullptr);  // built from the config, its parameters loaded
+  CharLM& model = *imp.model;
+  model.eval();
   const Tensor tokens = expected().at("tokens");
   const int64_t T = tokens.size(1) - 1;
-  Tensor logits = model->forward(tokens.narrow(1, 0, T));
+  Tensor logits = model.forward(tokens.narrow(1, 0, T));
   Tensor loss = cross_entropy(logits, tokens.narrow(1, 1, T));
   CHECK_CLOSE(logits, expected().at(which + "_logits"), 1e-6, 1e-5);
   CHECK_CLOSE(loss.reshape({1}), expected().at(which + "_loss"), 0, 1e-5);

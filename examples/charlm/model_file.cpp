@@ -66,8 +66,7 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
   TCN_CHECK(static_cast<int64_t>(vocab.size()) == vocab_size, flag, " ", path, ": the model has ", vocab_size,
             " tokens (encoder.weight), but the vocabulary from ", vocab_from, " has ", vocab.size());
   out.loaded.vocab = vocab;
-  out.loaded.model = nn::make_char_lm(imp.kind, imp.config, 0);
-  nn::load_module(imp.file, *out.loaded.model);
+  out.loaded.model = std::move(imp.model);
   out.loaded.file = std::move(imp.file);
   out.loaded.file.metadata["tokens"] = o.tokens;  // what checkpoint_tokens() reads
   out.foreign = true;
