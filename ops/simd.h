@@ -11,7 +11,17 @@
 // into each copy to be compiled for its ISA; GCC does not always do it unasked.
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Not under ThreadSanitizer: it instruments the ifunc resolver, which the loader
+// runs before TSan has started (the program dies while loading).
+#if defined(__SANITIZE_THREAD__)
+#define TCN_NO_SIMD_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TCN_NO_SIMD_CLONES 1
+#endif
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(TCN_NO_SIMD_CLONES)
 #define TCN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TCN_SIMD_CLONES

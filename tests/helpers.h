@@ -28,6 +28,21 @@ inline std::string source_path(const std::string& rel) {
   return std::string(root && *root ? root : TCN_SOURCE_DIR) + "/" + rel;
 }
 
+// The 1-based number of the one line of `path` that contains `text`.
+inline int line_containing(const std::string& path, const std::string& text) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  std::string line;
+  int found = 0;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find(text) == std::string::npos) continue;
+    REQUIRE_MESSAGE(found == 0, "\"" << text << "\" is on lines " << found << " and " << n << " of " << path);
+    found = n;
+  }
+  REQUIRE_MESSAGE(found > 0, "\"" << text << "\" is on no line of " << path);
+  return found;
+}
+
 // Deterministic pseudo-text: random words from a small list (learnable: the
 // letters inside a word are predictable).
 inline std::string synthetic_text(size_t n, uint64_t seed) {

@@ -161,7 +161,9 @@ TEST_CASE("CUDA vs CPU: SGD (momentum, weight decay), Adam and clip_grad_norm_, 
             opt.step(zeros({}, {DType::F64, p[0].device()}));
             size_t k = 0;
             for (const Tensor& t : p) CHECK(t.detach().to(Device::cpu()).to_vector<double>() == before[k++].to(Device::cpu()).to_vector<double>());
-            for (const auto& [name, t] : opt.state()) {
+            for (const auto& state : opt.state()) {
+              const auto& name = state.first;  // named: INFO captures it (clang 14 cannot capture a binding)
+              const auto& t = state.second;
               INFO("state ", name);
               CHECK(t.to(Device::cpu()).to_vector<double>() == before[k++].to(Device::cpu()).to_vector<double>());
             }

@@ -19,6 +19,7 @@
 #include "tcn/cuda/device.cuh"
 #include "tcn/cuda/runtime.h"
 #ifdef TCN_CUDA_EMU
+#include "helpers.h"
 #include "tcn/cuda/emu/emu.h"
 #endif
 
@@ -42,9 +43,9 @@ __global__ void block_sum_kernel(int64_t* out, const int64_t* in, int n) {
 __global__ void racy_block_sum_kernel(int64_t* out, const int64_t* in, int n) {
   __shared__ int64_t sh[256];
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  sh[threadIdx.x] = i < n ? in[i] : 0;
+  sh[threadIdx.x] = i < n ? in[i] : 0;  // planted: block-sum write
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];  // planted: block-sum read
     __syncthreads();
   }
   if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
@@ -431,11 +432,15 @@ TEST_CASE("emulated: a missing barrier is caught by some resume order") {
     tcn::emu::set_order(o);
     TCN_LAUNCH(1, n, 0, nullptr, block_sum_kernel)(out, in, n);
     CHECK(download(out, 1)[0] == n);  // the correct kernel is right in every order
+    if (tcn::emu::racecheck()) continue;  // there the race is reported in a child (the racecheck test case)
     TCN_LAUNCH(1, n, 0, nullptr, racy_block_sum_kernel)(out, in, n);
     wrong += download(out, 1)[0] != n;
   }
   tcn::emu::set_order(saved);
-  CHECK(wrong >= 1);
+  if (tcn::emu::racecheck())
+    MESSAGE("racecheck build: the racy kernel runs only in the racecheck test case's child processes");
+  else
+    CHECK(wrong >= 1);
   CUDA_CHECK(cudaFree(in));
   CUDA_CHECK(cudaFree(out));
 }
@@ -513,6 +518,78 @@ std::string in_child(void (*body)(), bool* aborted) {
   return err;
 }
 
+// ---- planted races, each beside its correct twin (racecheck builds) ----
+// A block reads what the next block of the same launch writes: blocks are unordered.
+__global__ void racy_blocks_kernel(int* x, int* out) {
+  if (threadIdx.x == 0) x[blockIdx.x] = static_cast<int>(blockIdx.x);          // planted: blocks write
+  if (threadIdx.x == 0) out[blockIdx.x] = x[(blockIdx.x + 1) % gridDim.x];  // planted: blocks read
+}
+__global__ void write_blocks_kernel(int* x) {
+  if (threadIdx.x == 0) x[blockIdx.x] = static_cast<int>(blockIdx.x);
+}
+__global__ void read_blocks_kernel(const int* x, int* out) {  // a second launch: ordered after the first
+  if (threadIdx.x == 0) out[blockIdx.x] = x[(blockIdx.x + 1) % gridDim.x];
+}
+// Lanes read their neighbour's shared slot without a __syncwarp between.
+__global__ void racy_warp_kernel(int* out) {
+  __shared__ int sh[32];
+  const unsigned lane = threadIdx.x % 32;
+  sh[lane] = static_cast<int>(lane);  // planted: warp write
+  out[blockIdx.x * 32 + lane] = sh[(lane + 1) % 32];  // planted: warp read
+}
+__global__ void synced_warp_kernel(int* out) {
+  __shared__ int sh[32];
+  const unsigned lane = threadIdx.x % 32;
+  sh[lane] = static_cast<int>(lane);
+  __syncwarp();
+  out[blockIdx.x * 32 + lane] = sh[(lane + 1) % 32];
+}
+
+tcn::emu::Order g_child_order = tcn::emu::Order::Forward;
+
+template <class Launch>
+void run_on_fresh_memory(int ints, Launch launch) {
+  tcn::emu::set_order(g_child_order);
+  int *a = nullptr, *b = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&a), ints * sizeof(int));
+  cudaMalloc(reinterpret_cast<void**>(&b), ints * sizeof(int));
+  launch(a, b);
+  cudaDeviceSynchronize();
+}
+void run_racy_block_sum() {
+  run_on_fresh_memory(256, [](int*, int*) {
+    int64_t *in = nullptr, *out = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&in), 256 * sizeof(int64_t));
+    cudaMalloc(reinterpret_cast<void**>(&out), sizeof(int64_t));
+    cudaMemset(in, 0, 256 * sizeof(int64_t));
+    TCN_LAUNCH(1, 256, 0, nullptr, racy_block_sum_kernel)(out, in, 256);
+  });
+}
+void run_block_sum() {
+  run_on_fresh_memory(256, [](int*, int*) {
+    int64_t *in = nullptr, *out = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&in), 512 * sizeof(int64_t));
+    cudaMalloc(reinterpret_cast<void**>(&out), 2 * sizeof(int64_t));
+    cudaMemset(in, 0, 512 * sizeof(int64_t));
+    TCN_LAUNCH(2, 256, 0, nullptr, block_sum_kernel)(out, in, 512);
+  });
+}
+void run_racy_blocks() {
+  run_on_fresh_memory(8, [](int* x, int* out) { TCN_LAUNCH(8, 32, 0, nullptr, racy_blocks_kernel)(x, out); });
+}
+void run_ordered_blocks() {
+  run_on_fresh_memory(8, [](int* x, int* out) {
+    TCN_LAUNCH(8, 32, 0, nullptr, write_blocks_kernel)(x);
+    TCN_LAUNCH(8, 32, 0, nullptr, read_blocks_kernel)(x, out);
+  });
+}
+void run_racy_warp() {
+  run_on_fresh_memory(64, [](int*, int* out) { TCN_LAUNCH(2, 32, 0, nullptr, racy_warp_kernel)(out); });
+}
+void run_synced_warp() {
+  run_on_fresh_memory(64, [](int*, int* out) { TCN_LAUNCH(2, 32, 0, nullptr, synced_warp_kernel)(out); });
+}
+
 void run_divergent_barrier() {
   int* d = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(int));
@@ -542,6 +619,48 @@ TEST_CASE("emulated: divergent barriers and deadlocked warps abort with their si
   CHECK(aborted);
   CHECK(err.find("deadlock") != std::string::npos);
   CHECK(err.find("lane 5") != std::string::npos);
+}
+
+// Skipped (and counted so) outside a racecheck build (TCN_SANITIZE=thread): .ci/run's racecheck stage runs it.
+TEST_CASE("emulated racecheck: planted races are reported with the kernel and both lines, their fixes are not" *
+          doctest::skip(!tcn::emu::racecheck())) {
+  struct Planted {
+    void (*racy)();
+    void (*fixed)();
+    const char* kernel;
+    std::vector<std::string> lines;  // "file:line" of both accesses
+  };
+  // The accesses' lines, found by their markers above, so that edits to this file keep the test true.
+  const std::string here = tcn::test::source_path("tests/test_device.cu");
+  auto line_of = [&](const char* marker) {
+    return "test_device.cu:" + std::to_string(tcn::test::line_containing(here, std::string("// planted: ") + marker));
+  };
+  const Planted cases[] = {
+      {run_racy_block_sum, run_block_sum, "racy_block_sum_kernel",
+       {line_of("block-sum write"), line_of("block-sum read")}},
+      {run_racy_blocks, run_ordered_blocks, "racy_blocks_kernel", {line_of("blocks write"), line_of("blocks read")}},
+      {run_racy_warp, run_synced_warp, "racy_warp_kernel", {line_of("warp write"), line_of("warp read")}},
+  };
+  const tcn::emu::Order saved = tcn::emu::order();
+  for (const Planted& c : cases) {
+    for (auto o : {tcn::emu::Order::Forward, tcn::emu::Order::Reverse, tcn::emu::Order::Random}) {
+      INFO(c.kernel, " in ", tcn::emu::order_name(o), " order");
+      g_child_order = o;
+      bool aborted = false;
+      const std::string report = in_child(c.racy, &aborted);
+      CHECK(report.find("ThreadSanitizer: data race") != std::string::npos);
+      CHECK(report.find(c.kernel) != std::string::npos);
+      for (const std::string& line : c.lines) {
+        INFO("expected the access at ", line, " in the report:\n", report);
+        CHECK(report.find(line) != std::string::npos);
+      }
+      const std::string clean = in_child(c.fixed, &aborted);
+      INFO("the fixed kernel's run:\n", clean);
+      CHECK(clean.find("ThreadSanitizer") == std::string::npos);
+      CHECK_FALSE(aborted);
+    }
+  }
+  tcn::emu::set_order(saved);
 }
 
 TEST_CASE("emulated: a host pointer passed to a kernel, and a __trap, are sticky errors") {

@@ -70,7 +70,9 @@ void check_against_golden(const std::string& name, Device device = Device::cpu()
   CHECK_CLOSE(logits.to(Device::cpu()), g.file.at("logits"), 1e-6, 1e-4);
   CHECK_CLOSE(loss.to(Device::cpu()), g.file.at("loss"), 1e-6, 1e-4);
   loss.backward();
-  for (const auto& [pname, p] : model->named_parameters()) {
+  for (const auto& named : model->named_parameters()) {
+    const std::string& pname = named.first;  // named: INFO captures it (clang 14 cannot capture a binding)
+    const Tensor& p = named.second;
     INFO("gradient of ", pname);
     REQUIRE(p.grad().defined());
     CHECK_CLOSE(p.grad().to(Device::cpu()), g.file.at("grad." + pname), 1e-6, 1e-4);
@@ -78,7 +80,9 @@ void check_against_golden(const std::string& name, Device device = Device::cpu()
 
   const double clip = g.training.at("clip");
   const int steps = g.training.at("steps");
-  for (auto& [oname, o] : g.training.at("optimizers").items()) {
+  for (auto& item : g.training.at("optimizers").items()) {
+    const std::string oname = item.key();  // named: INFO captures it (clang 14 cannot capture a binding)
+    const auto& o = item.value();
     INFO("optimizer ", oname);
     load_module(with_prefix(g.file, "param."), *model);
     model->zero_grad();
@@ -98,7 +102,9 @@ void check_against_golden(const std::string& name, Device device = Device::cpu()
     }
     CHECK_CLOSE(from_vector(losses, {steps}), g.file.at(oname + ".losses"), 1e-6, 1e-4);
     CHECK_CLOSE(from_vector(norms, {steps}), g.file.at(oname + ".grad_norms"), 1e-6, 1e-4);
-    for (const auto& [pname, p] : model->named_parameters()) {
+    for (const auto& named : model->named_parameters()) {
+      const std::string& pname = named.first;
+      const Tensor& p = named.second;
       INFO("final value of ", pname);
       CHECK_CLOSE(p.detach().to(Device::cpu()), g.file.at(oname + ".final." + pname), 1e-6, 1e-4);
     }

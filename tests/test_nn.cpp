@@ -203,7 +203,9 @@ TEST_CASE("TCN forward of the last k positions equals the full forward, values a
   m.zero_grad();
   cross_entropy(m.forward(tokens).narrow(1, 35, 10), targets).backward();
   size_t i = 0;
-  for (auto& [n, p] : m.named_parameters()) {
+  for (auto& named : m.named_parameters()) {
+    const std::string& n = named.first;  // named: INFO captures it (clang 14 cannot capture a binding)
+    Tensor& p = named.second;
     INFO("gradient of ", n);
     CHECK_CLOSE(from_vector(part_grads[i++], p.shape()), p.grad(), 1e-13, 1e-10);
   }

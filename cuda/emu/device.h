@@ -24,7 +24,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <source_location>
 #include <type_traits>
 
 #define __global__
@@ -87,59 +86,63 @@ T from_bits(uint64_t b) {
 }  // namespace tcn::emu
 
 // ---- barriers and warp collectives ------------------------------------------------
-inline void __syncthreads(std::source_location l = std::source_location::current()) {
-  tcn::emu::block_barrier(tcn::emu::BarrierOp::Sync, 0, l.file_name(), static_cast<int>(l.line()));
+// Each takes its caller's file and line as defaulted arguments (what
+// std::source_location gives, in a form clang 14 with libstdc++ 12 accepts too),
+// for the emulator's messages about divergent barriers and deadlocks.
+#define TCN_EMU_CALL_SITE const char *file = __builtin_FILE(), int line = __builtin_LINE()
+inline void __syncthreads(TCN_EMU_CALL_SITE) {
+  tcn::emu::block_barrier(tcn::emu::BarrierOp::Sync, 0, file, line);
 }
-inline int __syncthreads_count(int pred, std::source_location l = std::source_location::current()) {
-  return tcn::emu::block_barrier(tcn::emu::BarrierOp::Count, pred != 0, l.file_name(), static_cast<int>(l.line()));
+inline int __syncthreads_count(int pred, TCN_EMU_CALL_SITE) {
+  return tcn::emu::block_barrier(tcn::emu::BarrierOp::Count, pred != 0, file, line);
 }
-inline int __syncthreads_and(int pred, std::source_location l = std::source_location::current()) {
-  return tcn::emu::block_barrier(tcn::emu::BarrierOp::And, pred != 0, l.file_name(), static_cast<int>(l.line()));
+inline int __syncthreads_and(int pred, TCN_EMU_CALL_SITE) {
+  return tcn::emu::block_barrier(tcn::emu::BarrierOp::And, pred != 0, file, line);
 }
-inline int __syncthreads_or(int pred, std::source_location l = std::source_location::current()) {
-  return tcn::emu::block_barrier(tcn::emu::BarrierOp::Or, pred != 0, l.file_name(), static_cast<int>(l.line()));
+inline int __syncthreads_or(int pred, TCN_EMU_CALL_SITE) {
+  return tcn::emu::block_barrier(tcn::emu::BarrierOp::Or, pred != 0, file, line);
 }
 namespace tcn::emu {
 template <class T>
-T shuffle(WarpOp op, unsigned mask, T v, int arg, int width, const std::source_location& l) {
-  return from_bits<T>(warp_collective(op, mask, to_bits(v), arg, width, l.file_name(), static_cast<int>(l.line())));
+T shuffle(WarpOp op, unsigned mask, T v, int arg, int width, const char* file, int line) {
+  return from_bits<T>(warp_collective(op, mask, to_bits(v), arg, width, file, line));
 }
-inline uint64_t vote(WarpOp op, unsigned mask, int pred, const std::source_location& l) {
-  return warp_collective(op, mask, pred != 0, 0, warpSize, l.file_name(), static_cast<int>(l.line()));
+inline uint64_t vote(WarpOp op, unsigned mask, int pred, const char* file, int line) {
+  return warp_collective(op, mask, pred != 0, 0, warpSize, file, line);
 }
 }  // namespace tcn::emu
 
-inline void __syncwarp(unsigned mask = 0xffffffffu, std::source_location l = std::source_location::current()) {
-  tcn::emu::vote(tcn::emu::WarpOp::Sync, mask, 0, l);
+inline void __syncwarp(unsigned mask = 0xffffffffu, TCN_EMU_CALL_SITE) {
+  tcn::emu::vote(tcn::emu::WarpOp::Sync, mask, 0, file, line);
 }
 template <class T>
-T __shfl_sync(unsigned mask, T v, int src, int width = warpSize, std::source_location l = std::source_location::current()) {
-  return tcn::emu::shuffle(tcn::emu::WarpOp::Shfl, mask, v, src, width, l);
+T __shfl_sync(unsigned mask, T v, int src, int width = warpSize, TCN_EMU_CALL_SITE) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::Shfl, mask, v, src, width, file, line);
 }
 template <class T>
-T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize, std::source_location l = std::source_location::current()) {
-  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflUp, mask, v, static_cast<int>(delta), width, l);
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize, TCN_EMU_CALL_SITE) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflUp, mask, v, static_cast<int>(delta), width, file, line);
 }
 template <class T>
-T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize, std::source_location l = std::source_location::current()) {
-  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflDown, mask, v, static_cast<int>(delta), width, l);
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize, TCN_EMU_CALL_SITE) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflDown, mask, v, static_cast<int>(delta), width, file, line);
 }
 template <class T>
-T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize, std::source_location l = std::source_location::current()) {
-  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflXor, mask, v, lane_mask, width, l);
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize, TCN_EMU_CALL_SITE) {
+  return tcn::emu::shuffle(tcn::emu::WarpOp::ShflXor, mask, v, lane_mask, width, file, line);
 }
-inline unsigned __ballot_sync(unsigned mask, int pred, std::source_location l = std::source_location::current()) {
-  return static_cast<unsigned>(tcn::emu::vote(tcn::emu::WarpOp::Ballot, mask, pred, l));
+inline unsigned __ballot_sync(unsigned mask, int pred, TCN_EMU_CALL_SITE) {
+  return static_cast<unsigned>(tcn::emu::vote(tcn::emu::WarpOp::Ballot, mask, pred, file, line));
 }
-inline int __any_sync(unsigned mask, int pred, std::source_location l = std::source_location::current()) {
-  return static_cast<int>(tcn::emu::vote(tcn::emu::WarpOp::Any, mask, pred, l));
+inline int __any_sync(unsigned mask, int pred, TCN_EMU_CALL_SITE) {
+  return static_cast<int>(tcn::emu::vote(tcn::emu::WarpOp::Any, mask, pred, file, line));
 }
-inline int __all_sync(unsigned mask, int pred, std::source_location l = std::source_location::current()) {
-  return static_cast<int>(tcn::emu::vote(tcn::emu::WarpOp::All, mask, pred, l));
+inline int __all_sync(unsigned mask, int pred, TCN_EMU_CALL_SITE) {
+  return static_cast<int>(tcn::emu::vote(tcn::emu::WarpOp::All, mask, pred, file, line));
 }
 inline unsigned __activemask() { return tcn::emu::active_mask(); }
-[[noreturn]] inline void __trap(std::source_location l = std::source_location::current()) {
-  tcn::emu::trap(l.file_name(), static_cast<int>(l.line()));
+[[noreturn]] inline void __trap(TCN_EMU_CALL_SITE) {
+  tcn::emu::trap(file, line);
 }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }

@@ -34,6 +34,9 @@ const char* order_name(Order o);
 // OS threads that run blocks in parallel (TCN_EMU_THREADS; default: OpenMP's).
 int threads();
 void set_threads(int n);
+// True in a racecheck build (TCN_SANITIZE=thread): ThreadSanitizer reports
+// every pair of kernel accesses that CUDA leaves unordered (cuda/emu/racecheck.h).
+bool racecheck();
 // Device memory of each emulated device (TCN_EMU_MEMORY_MB; default 80 GiB).
 size_t memory_limit();
 void set_memory_limit(size_t bytes);

@@ -11,10 +11,12 @@
 // missing from a collective, or nothing able to proceed is a bug in the
 // kernel: the emulator prints the sites and aborts.
 #include <omp.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,7 @@
 #include <boost/context/fiber.hpp>
 
 #include "tcn/cuda/emu/internal.h"
+#include "tcn/cuda/emu/racecheck.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -110,6 +113,7 @@ struct Slot {
   unsigned mask = 0;
   uint64_t value = 0, wresult = 0;
   int arg = 0, width = 32;
+  void* race_context = nullptr;  // its ThreadSanitizer context while it lives (racecheck builds)
 };
 
 struct Worker {
@@ -130,8 +134,31 @@ struct KernelFault {
   std::string what;
 };
 
+// A block's dynamic shared memory: a mapping of this OS thread, grown when a
+// launch asks for more (a mapping, so that racecheck forgets its accesses with it).
+struct SharedMemory {
+  unsigned char* data = nullptr;
+  size_t size = 0, mapped = 0;
+  void resize(size_t n) {
+    size = n;
+    if (n <= mapped) return;
+    if (data) munmap(data, mapped);
+    mapped = (n + StackPool::page() - 1) / StackPool::page() * StackPool::page();
+    void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      std::fprintf(stderr, "tcn-emu: cannot map %zu bytes of shared memory\n", n);
+      std::abort();
+    }
+    data = static_cast<unsigned char*>(m);
+  }
+  ~SharedMemory() {
+    if (data) munmap(data, mapped);
+  }
+};
+
 struct Block {
   const KernelLaunch* launch = nullptr;
+  const race::Grid* grid = nullptr;
   uint3 index{0, 0, 0};
   int n = 0;
   std::vector<int> start_order;
@@ -141,7 +168,8 @@ struct Block {
   size_t workers_used = 0;
   bool faulted = false;
   std::string fault;
-  std::vector<unsigned char> shared;  // dynamic shared memory
+  SharedMemory shared;  // dynamic shared memory
+  uint64_t linear = 0;  // the block's index in the grid
   std::mt19937_64 rng;
 };
 
@@ -247,14 +275,19 @@ void run_thread(Block& b, Worker* w, int tid) {
   w->tid = tid;
   tl_worker = w;
   set_coords(b, tid);
+  s.race_context = race::thread_begin(*b.grid, b.linear, static_cast<unsigned>(tid));
+  bool trapped = false;
   try {
     b.launch->thread_body();
   } catch (const KernelFault& f) {
+    trapped = true;
     if (!b.faulted) {
       b.faulted = true;
       b.fault = f.what;
     }
   }
+  race::thread_end(*b.grid, s.race_context, trapped);
+  s.race_context = nullptr;
   s.state = State::Done;
   b.done++;
 }
@@ -301,11 +334,13 @@ void resume(Block& b, int tid) {
 // Called inside a CUDA thread: back to the scheduler until released.
 void suspend() {
   Worker* w = tl_worker;
+  race::to_scheduler();
   asan_leave(&w->fake_stack, tl_sched_bottom, tl_sched_size);
   w->sched = std::move(w->sched).resume();
   asan_arrive(w->fake_stack, nullptr, nullptr);
   tl_worker = w;
   set_coords(tl_block, w->tid);
+  race::to_thread(tl_block.slots[w->tid].race_context);
 }
 
 Slot& current_slot(const char* what) {
@@ -317,6 +352,16 @@ Slot& current_slot(const char* what) {
 }
 
 // ---- releasing waiting threads -----------------------------------------------------------
+// The threads out[first..] pass one barrier or collective together: for
+// racecheck, what each did before it happens before what each does after.
+void join_released(const Block& b, const std::vector<int>& out, size_t first) {
+  if constexpr (race::kEnabled) {
+    std::vector<void*> contexts;
+    for (size_t i = first; i < out.size(); ++i) contexts.push_back(b.slots[out[i]].race_context);
+    race::join(contexts);
+  }
+}
+
 bool same_site(const Slot& a, const Slot& b) {
   return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
 }
@@ -394,6 +439,7 @@ bool try_warp(Block& b, int warp, int first, std::vector<int>& out) {
     }
     out.push_back(warp * 32 + lane);
   }
+  join_released(b, out, out.size() - std::popcount(mask));
   return true;
 }
 
@@ -438,6 +484,7 @@ bool release_barrier(Block& b, std::vector<int>& out) {
     b.slots[t].bresult = result;
     out.push_back(t);
   }
+  join_released(b, out, 0);
   return true;
 }
 
@@ -449,9 +496,10 @@ void order_threads(Block& b, std::vector<int>& tids) {
   }
 }
 
-void run_block(Block& b, const KernelLaunch& l, uint64_t linear, uint64_t launch_id) {
+void run_block(Block& b, const KernelLaunch& l, const race::Grid& grid, uint64_t linear, uint64_t launch_id) {
   const dim3 g = l.grid;
   b.launch = &l;
+  b.grid = &grid;
   b.index = uint3{static_cast<unsigned>(linear % g.x), static_cast<unsigned>(linear / g.x % g.y),
                   static_cast<unsigned>(linear / (uint64_t(g.x) * g.y))};
   b.n = static_cast<int>(l.block.x * l.block.y * l.block.z);
@@ -467,7 +515,10 @@ void run_block(Block& b, const KernelLaunch& l, uint64_t linear, uint64_t launch
     b.rng.seed(launch_id * 0x9E3779B97F4A7C15ull + linear);
     order_threads(b, b.start_order);
   }
-  b.shared.assign(std::max<size_t>(l.smem, 1), 0xFF);  // uninitialised shared memory reads as NaN / -1
+  b.linear = linear;
+  race::block_begin();
+  b.shared.resize(std::max<size_t>(l.smem, 1));
+  std::memset(b.shared.data, 0xFF, b.shared.size);  // uninitialised shared memory reads as NaN / -1
   blockIdx = b.index;
   blockDim = l.block;
   gridDim = l.grid;
@@ -487,6 +538,10 @@ void run_block(Block& b, const KernelLaunch& l, uint64_t linear, uint64_t launch
   }
   // After a fault, the threads still suspended are unwound (their fibers destroyed).
   for (size_t i = 0; i < b.workers_used; ++i) b.workers[i]->self = ctx::fiber();
+  for (int t = 0; t < b.n; ++t) {
+    if (b.slots[t].race_context) race::thread_drop(b.slots[t].race_context);
+    b.slots[t].race_context = nullptr;
+  }
   tl_worker = nullptr;
 }
 
@@ -527,7 +582,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
 
 void* dynamic_shared_memory() {
   current_slot("dynamic_shared");
-  return tl_block.shared.data();
+  return tl_block.shared.data;
 }
 
 unsigned active_mask() {
@@ -548,29 +603,54 @@ void trap(const char* file, int line) {
   throw KernelFault{m.str()};
 }
 
+// Runs f on a new OS thread and waits for it.
+template <class F>
+void on_new_thread(F f) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);  // the scheduler's frames; CUDA threads run on fiber stacks
+  pthread_t t;
+  auto body = [](void* p) -> void* {
+    (*static_cast<F*>(p))();
+    return nullptr;
+  };
+  if (pthread_create(&t, &attr, body, &f) != 0) {
+    std::fprintf(stderr, "tcn-emu: cannot start a thread for a block\n");
+    std::abort();
+  }
+  pthread_join(t, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
 std::string run_grid(const KernelLaunch& l) {
   const uint64_t blocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
   const uint64_t id = g_launch_counter.fetch_add(1);
   std::atomic<bool> faulted{false};
   std::string fault;
+  race::Grid grid = race::grid_begin();
   auto one = [&](uint64_t linear) {
     if (faulted.load(std::memory_order_relaxed)) return;
     tl_sentinel.touch();
     Block& b = tl_block;
-    run_block(b, l, linear, id);
+    run_block(b, l, grid, linear, id);
     if (b.faulted && !faulted.exchange(true)) fault = where(b) + ": " + b.fault;
   };
   const int nt = threads();
-  if (blocks == 1 || nt <= 1) {
+  if constexpr (race::kEnabled) {
+    for (uint64_t i = 0; i < blocks; ++i) on_new_thread([&] { one(i); });  // fresh shared memory (racecheck.h)
+  } else if (blocks == 1 || nt <= 1) {
     for (uint64_t i = 0; i < blocks; ++i) one(i);
   } else {
     const int64_t nb = static_cast<int64_t>(blocks);
 #pragma omp parallel for schedule(dynamic, 8) num_threads(nt)
     for (int64_t i = 0; i < nb; ++i) one(static_cast<uint64_t>(i));
   }
+  race::grid_end(grid);
   return fault;
 }
 
 bool thread_exiting() { return tl_exiting; }
+
+bool racecheck() { return race::kEnabled; }
 
 }  // namespace tcn::emu

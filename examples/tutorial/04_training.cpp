@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include "check.h"
 
@@ -78,7 +79,10 @@ int main() {
   check(model.named_parameters().back().first == "head.bias", "the head's bias is named head.bias");
 
   // The held-out set: a fixed generator of its own, never trained on.
-  const auto [x_eval, y_eval] = make_batch(256, kTime, heldout_data);
+  // (Named tensors rather than `auto [x_eval, y_eval]`: the lambda below
+  // captures them, which clang before 16 refuses for structured bindings.)
+  Tensor x_eval, y_eval;
+  std::tie(x_eval, y_eval) = make_batch(256, kTime, heldout_data);
   // Evaluation: eval mode (dropout off) and NoGrad (nothing recorded), then
   // back to training mode.
   auto evaluate = [&]() {
