@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 
 #include "tcn/core/profile.h"
@@ -27,19 +28,16 @@ Tensor Trainer::compute(const Batch& b) {
   return loss;
 }
 
-// The step through its policies: the profiler (when this step is a profiled
-// one), the batch into the graph's buffers (the data phase), the graph
-// (captured once, then replayed); then the loss watch's bookkeeping.
+// The step through its policies: the profiler records it when it is one of
+// the profiled steps; the batch goes into the graph's buffers; the graph runs
+// it (captured once, then replayed). Then the loss watch's bookkeeping.
 void Trainer::step(const Batch& batch) {
   if (!interval_started_) interval_start_ = Clock::now(), interval_started_ = true;
   profiler_->run(steps_, *model_, device_, [&] {
-    std::pair<Batch, int64_t> in;
-    {
-      const profile::PhaseScope data(profile::Phase::Data);
-      in = graph_->stage(batch);
-    }
-    graph_->run(in.second, [&] { return compute(in.first); });
+    const GraphCapture::Staged in = graph_->stage(batch);
+    graph_->run(in.key, [&] { return compute(in.batch); });
   });
+  // After the last profiled step: the table; the losses read first go to this interval.
   if (profiler_->last(steps_)) profiler_->report([this] { read_losses(), clear_progress(); }, false, say_fn());
   if (graph_->just_settled()) say("cuda graph: " + graph_->status() + "\n");
   ++steps_;
@@ -135,7 +133,8 @@ GraphCapture::GraphCapture(GraphMode mode, Device device, std::vector<Tensor> pa
   if (graph_.enabled()) input_ = empty(batch_shape, options), target_ = empty(batch_shape, options);
 }
 
-std::pair<Batch, int64_t> GraphCapture::stage(const Batch& b) {
+GraphCapture::Staged GraphCapture::stage(const Batch& b) {
+  const profile::PhaseScope data(profile::Phase::Data);
   if (graph_.enabled() && b.input.shape() == input_.shape()) {  // only full batches in the buffers replay
     copy_(input_, b.input);
     copy_(target_, b.target);

@@ -15,7 +15,7 @@
 //   trainer.setup(model, opt, device, loss_fn, options);
 //   for (epoch ...) {
 //     for (batch ...) {
-//       if (trainer.stop_requested()) return trainer.interrupt();  // after its own saving
+//       if (trainer.stop_requested()) return save_and_exit(trainer.interrupt());
 //       trainer.step(batch);
 //       if (log line due) print(trainer.end_interval());
 //     }
@@ -25,7 +25,6 @@
 #pragma once
 
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -80,8 +79,13 @@ class GraphCapture {
  public:
   GraphCapture(tcn::GraphMode mode, tcn::Device device, std::vector<tcn::Tensor> params,
                const tcn::Shape& batch_shape, tcn::TensorOptions options);
-  // The batch the step reads, and the key of its launches (StepGraph::run).
-  std::pair<Batch, int64_t> stage(const Batch& b);
+  // The batch the step reads (the profiler's data phase), and the key of its
+  // launches (StepGraph::run): which shapes and buffers they read.
+  struct Staged {
+    Batch batch;
+    int64_t key;
+  };
+  Staged stage(const Batch& b);
   tcn::Tensor run(int64_t key, const std::function<tcn::Tensor()>& body) { return graph_.run(key, body); }
   // True once: at the first step after the warm-up (the graph replays, or stays eager for good).
   bool just_settled();
