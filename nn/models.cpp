@@ -289,4 +289,18 @@ LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_pr
   return out;
 }
 
+TaskTCN::TaskTCN(int64_t inputs, int64_t outputs, int64_t levels, int64_t nhid, int64_t ksize, double dropout,
+                 Generator& init, Generator& drop) {
+  const std::vector<int64_t> channels(static_cast<size_t>(levels), nhid);
+  tcn = register_module("tcn", std::make_shared<TemporalConvNet>(inputs, channels, ksize, dropout, init, drop));
+  linear = register_module("linear", std::make_shared<Linear>(nhid, outputs, init));
+  autograd::NoGrad ng;
+  normal_(linear->weight, 0.0, 0.01, init);  // locuslab's init_weights (the bias keeps PyTorch's default)
+}
+
+Tensor TaskTCN::forward(const Tensor& x, int64_t keep_last) const {
+  const auto scope = profile_scope();
+  return linear->forward(tcn->forward(x, keep_last));
+}
+
 }  // namespace tcn::nn

@@ -1,9 +1,12 @@
-// The two character language models of the mission, built from the layers.
+// The models of the applications (examples/), built from the layers: the two
+// character language models of the mission, and the synthetic tasks' TCN.
 //
 // TCN (locuslab char_cnn): embedding -> embedding dropout -> TemporalConvNet
 // with channels [nhid] * (levels - 1) + [emsize] -> linear decoder whose weight
 // is the embedding's. Parameter names match the PyTorch model's state_dict.
 // LSTM baseline: embedding -> dropout -> LSTM -> dropout -> linear decoder.
+// TaskTCN (locuslab's TCN class of the adding and copy-memory tasks): a
+// TemporalConvNet and a linear layer on top.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -119,6 +122,20 @@ class LSTMCharLM : public CharLM {
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<LSTM> rnn;
   std::shared_ptr<Linear> decoder;
+};
+
+// The model of the synthetic tasks (examples/tasks): a TemporalConvNet with
+// `levels` blocks of `nhid` channels and a linear layer (weights N(0, 0.01))
+// from the last block's channels to `outputs`. Parameter names are PyTorch's
+// ("tcn.network.0.conv1.weight_v", "linear.weight").
+class TaskTCN : public Module {
+ public:
+  TaskTCN(int64_t inputs, int64_t outputs, int64_t levels, int64_t nhid, int64_t ksize, double dropout,
+          Generator& init, Generator& drop);
+  // x [B, T, inputs] -> [B, keep_last, outputs] (keep_last <= 0: all T steps).
+  Tensor forward(const Tensor& x, int64_t keep_last = 0) const;
+  std::shared_ptr<TemporalConvNet> tcn;
+  std::shared_ptr<Linear> linear;
 };
 
 // Builds the model a checkpoint's metadata describes ("model" and "config").

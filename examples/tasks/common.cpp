@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"  // examples/charlm: print_error, kSeed, resolve_device, check_output_path
+#include "trainer.h"  // examples/charlm: the training step
 #include "tcn/cuda/runtime.h"
 #include "tcn/nn/safetensors.h"
 
@@ -114,20 +115,6 @@ int run_main(const char* program, CLI::App& app, int argc, char** argv, const st
   }
 }
 
-// ---- the model --------------------------------------------------------------------------------
-TaskTCN::TaskTCN(int64_t inputs, int64_t outputs, const CommonOptions& o, Generator& init, Generator& drop) {
-  const std::vector<int64_t> channels(static_cast<size_t>(o.levels), o.nhid);
-  tcn = register_module("tcn", std::make_shared<nn::TemporalConvNet>(inputs, channels, o.ksize, o.dropout, init, drop));
-  linear = register_module("linear", std::make_shared<nn::Linear>(o.nhid, outputs, init));
-  autograd::NoGrad ng;
-  normal_(linear->weight, 0.0, 0.01, init);  // locuslab's init_weights (the bias keeps PyTorch's default)
-}
-
-Tensor TaskTCN::forward(const Tensor& x, int64_t keep_last) const {
-  const auto scope = profile_scope();
-  return linear->forward(tcn->forward(x, keep_last));
-}
-
 std::vector<int64_t> random_ints(int64_t count, int64_t n, Generator& gen) {
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(count));
@@ -198,7 +185,7 @@ int train(TaskSetup& t) {
   if (!o.dump_batches.empty()) charlm::check_output_path("--dump_batches", o.dump_batches);
 
   Generator init = init_generator(o.seed), drop = dropout_generator(o.seed);
-  TaskTCN model(t.inputs, t.outputs, o, init, drop);
+  TaskTCN model(t.inputs, t.outputs, o.levels, o.nhid, o.ksize, o.dropout, init, drop);
   const int64_t n = t.train.size(), B = o.batch_size;
   const int64_t per_epoch = (n + B - 1) / B;  // the last batch may be shorter, as in the reference
   const int64_t planned = o.max_steps > 0 ? std::min(o.max_steps, o.epochs * per_epoch) : o.epochs * per_epoch;
@@ -235,42 +222,35 @@ int train(TaskSetup& t) {
   MetricsCsv csv(metrics);
   const auto t_start = Clock::now();
   auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  // The loss stays on the device (nn::LossWatch); it is read at log lines only.
-  // The first non-finite loss closes the optimizer's gate, so the weights keep
-  // their last finite state, and the next read stops the run naming the step.
-  nn::LossWatch watch(device);
-  int64_t step = 0, interval_steps = 0;
-  auto t_interval = Clock::now();
+  // The step (charlm/trainer.h): the loss stays on the device and is read at
+  // log lines only; the first non-finite loss closes the optimizer's gate, so
+  // the weights keep their last finite state, and the next read stops the run
+  // naming the step.
+  charlm::Trainer trainer;
+  trainer.setup(model, *opt, device, [&](const charlm::Batch& b) { return t.loss(model, Dataset{b.input, b.target}); },
+                charlm::TrainerOptions{.clip = o.clip, .bad_loss_note = "stopped before its update"});
   auto log_interval = [&](int64_t epoch) {
-    const nn::LossWatch::Reading r = watch.read();
-    TCN_CHECK(r.bad_step < 0, "step ", r.bad_step, ": loss is ", r.bad_loss, "; stopped before its update");
-    const double ms = 1000 * seconds_since(t_interval) / static_cast<double>(interval_steps);
-    const double loss = r.loss_sum / static_cast<double>(r.losses);
-    const int64_t batch = (step - 1) % per_epoch + 1;
+    const charlm::Interval in = trainer.end_interval();
+    const double ms = 1000 * in.seconds / static_cast<double>(in.steps);
+    const int64_t step = trainer.steps(), batch = (step - 1) % per_epoch + 1;
     std::printf("| epoch %3lld | step %7lld | %5lld/%5lld batches | lr %.2e | ms/step %7.2f | loss %.8f\n",
                 static_cast<long long>(epoch), static_cast<long long>(step), static_cast<long long>(batch),
-                static_cast<long long>(per_epoch), opt->lr, ms, loss);
+                static_cast<long long>(per_epoch), opt->lr, ms, in.loss);
     std::fflush(stdout);
-    csv.row("train", epoch, step, loss, std::nan(""), ms, seconds_since(t_start));
-    interval_steps = 0;
-    t_interval = Clock::now();
+    csv.row("train", epoch, step, in.loss, std::nan(""), ms, seconds_since(t_start));
   };
 
-  for (int64_t epoch = 1; epoch <= o.epochs && step < planned; ++epoch) {
+  for (int64_t epoch = 1; epoch <= o.epochs && trainer.steps() < planned; ++epoch) {
     model.train();
-    for (int64_t i = 0; i < n && step < planned; i += B) {
+    for (int64_t i = 0; i < n && trainer.steps() < planned; i += B) {
       const Dataset batch = train.slice(i, std::min(B, n - i));
-      opt->zero_grad();
-      Tensor loss = t.loss(model, batch);
-      loss.backward();
-      if (o.clip > 0) nn::clip_grad_norm_(model.parameters(), o.clip);  // the norm stays on the device
-      watch.add(loss, step + 1);
-      opt->step(watch.ok());  // no update from a non-finite loss on
-      ++step;
-      ++interval_steps;
+      trainer.step(charlm::Batch{.input = batch.x, .target = batch.y});
+      const int64_t step = trainer.steps();
       if (step % o.log_interval == 0 || step == planned) log_interval(epoch);
     }
-    if (interval_steps > 0) log_interval(epoch);  // the epoch's last steps, when they end no interval
+    if (trainer.interval_steps() > 0) log_interval(epoch);  // the epoch's last steps, when they end no interval
+    trainer.end_epoch(false);
+    const int64_t step = trainer.steps();
     const auto t_eval = Clock::now();
     const auto [test_loss, accuracy] = evaluate(t, model, test);
     const double eval_s = seconds_since(t_eval);

@@ -1,9 +1,9 @@
 // What the two synthetic-task trainers of the TCN paper (Bai, Kolter, Koltun
 // 2018, section 5) share: the flags of locuslab/TCN's reference trainers, their
-// range checks, the model (a TemporalConvNet and a linear layer on top), and
-// the training loop (sequential batches, an optimizer step per batch, a
-// progress line per --log-interval steps, the test set at each epoch's end, a
-// metrics CSV).
+// range checks, and the training loop around the shared step
+// (examples/charlm/trainer.h): sequential batches, an optimizer step per
+// batch, a progress line per --log-interval steps, the test set at each
+// epoch's end, a metrics CSV. The model, TaskTCN, is in nn/models.h.
 //
 //   adding.cpp   the adding problem: regress the sum of two marked numbers
 //   copymem.cpp  copy memory: recall 10 digits after a long blank stretch
@@ -58,18 +58,8 @@ void check_real(const char* flag, double v, double lo, double hi, bool lo_open, 
 // line or an exception from body is one line on stderr; returns the exit status.
 int run_main(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
-// The model of both tasks, as locuslab's TCN class: a TemporalConvNet with
-// `levels` blocks of `nhid` channels and a linear layer (weights N(0, 0.01))
-// from the last block's channels to `outputs`. Parameter names are PyTorch's
-// ("tcn.network.0.conv1.weight_v", "linear.weight").
-class TaskTCN : public tcn::nn::Module {
- public:
-  TaskTCN(int64_t inputs, int64_t outputs, const CommonOptions& o, tcn::Generator& init, tcn::Generator& drop);
-  // x [B, T, inputs] -> [B, keep_last, outputs] (keep_last <= 0: all T steps).
-  tcn::Tensor forward(const tcn::Tensor& x, int64_t keep_last = 0) const;
-  std::shared_ptr<tcn::nn::TemporalConvNet> tcn;
-  std::shared_ptr<tcn::nn::Linear> linear;
-};
+// The model of both tasks, locuslab's TCN class (nn/models.h).
+using TaskTCN = tcn::nn::TaskTCN;
 
 // A data set: inputs x [N, T, C] (float32) and targets y (the task's shape).
 struct Dataset {
