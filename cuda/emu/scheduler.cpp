@@ -68,6 +68,16 @@ struct StackPool {
   static size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 };
 thread_local StackPool tl_stacks;
+// Racecheck runs each block on a new OS thread (racecheck.h), one block at a
+// time: its stacks come from one pool for the process, not mapped per block.
+StackPool& stack_pool() {
+  if constexpr (race::kEnabled) {
+    static StackPool* shared = new StackPool;  // never unmapped: threads may still unwind on them at exit
+    return *shared;
+  } else {
+    return tl_stacks;
+  }
+}
 
 struct Worker;
 void note_stack(Worker* w, const ctx::stack_context& s);
@@ -75,9 +85,10 @@ void note_stack(Worker* w, const ctx::stack_context& s);
 struct PooledStack {
   Worker* owner;
   ctx::stack_context allocate() {
-    if (!tl_stacks.free.empty()) {
-      ctx::stack_context s = tl_stacks.free.back();
-      tl_stacks.free.pop_back();
+    StackPool& pool = stack_pool();
+    if (!pool.free.empty()) {
+      ctx::stack_context s = pool.free.back();
+      pool.free.pop_back();
       note_stack(owner, s);
       return s;
     }
@@ -94,7 +105,7 @@ struct PooledStack {
     note_stack(owner, s);
     return s;
   }
-  void deallocate(ctx::stack_context& s) noexcept { tl_stacks.free.push_back(s); }
+  void deallocate(ctx::stack_context& s) noexcept { stack_pool().free.push_back(s); }
 };
 
 // ---- per-block state (one block at a time per OS thread) ------------------------------
