@@ -1,8 +1,8 @@
 // The layers tcn runs on cuDNN (core/backends.h says when): the convolution
 // (legacy cudnnConvolution* API, NHWC with H = 1) and the LSTM (the v8 RNN API).
 // Plain C++ declarations, like cuda/kernels.h; the implementation is
-// cuda/cudnn.cu, which talks to cuDNN only through a table of functions loaded
-// from libcudnn.so.9 at first use (dlopen, as NCCL in nn/distributed.cpp):
+// cuda/conv1d_cudnn.cu and cuda/lstm_cudnn.cu, which talk to cuDNN only through
+// a table of functions that cuda/cudnn.cu loads from libcudnn.so.9 at first use (dlopen, as NCCL in nn/distributed.cpp):
 // cuDNN's libraries are over 500 MB, and a program that never asks for cuDNN
 // must start and run without them.
 //
@@ -56,7 +56,7 @@ void cudnn_conv_backward_filter(CudnnConvPlan plan, const Tensor& dw, const Tens
 struct CudnnLstmSaved {
   Tensor weights;              // the weight space used by forward
   Tensor reserve;              // training only
-  const void* plan = nullptr;  // the shape's descriptors (cuda/cudnn.cu), for backward
+  const void* plan = nullptr;  // the shape's descriptors (cuda/conv1d_cudnn.cu), for backward
 };
 CudnnLstmSaved cudnn_lstm_forward(const Tensor& y, const Tensor& hy, const Tensor& cy, const Tensor& x,
                                   const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
