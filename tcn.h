@@ -24,7 +24,7 @@
 #include "tcn/core/threads.h"
 
 #include "tcn/autograd/tape.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/ops/ops.h"
 
 #include "tcn/nn/checkpoint.h"

@@ -2,7 +2,7 @@
 
 #include "tcn/autograd/tape.h"
 #include "tcn/core/profile.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/ops/ops.h"
 
 namespace tcn {

@@ -4,7 +4,7 @@
 
 #include "tcn/core/caching_allocator.h"
 #include "tcn/core/error.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 namespace tcn {
 

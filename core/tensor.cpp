@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "tcn/autograd/tape.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/ops/ops.h"
 
 namespace tcn {

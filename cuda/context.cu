@@ -5,7 +5,7 @@
 #include "tcn/core/autocast.h"
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/kernels.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 namespace tcn::cuda {
 

@@ -30,7 +30,7 @@ bool tf32_allowed();
 // memory the device writes directly, instead of the indices being copied to
 // the host to be checked. The kernels that use the indices skip bad ones (no
 // out-of-bounds access). The host looks at the status whenever it waits for
-// the device anyway (synchronize(), a device-to-host copy: cuda/runtime.cu)
+// the device anyway (synchronize(), a device-to-host copy: cuda/devices.cu)
 // and throws the error then: raise_device_errors(). The first error wins; it
 // stays until raised.
 struct DeviceStatus {

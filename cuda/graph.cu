@@ -1,7 +1,7 @@
-// cuda::Graph (cuda/runtime.h): stream capture of one device's stream into a
+// cuda::Graph (cuda/devices.h): stream capture of one device's stream into a
 // CUDA graph, and its launch.
 #include "tcn/cuda/context.cuh"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 namespace tcn::cuda {
 

@@ -66,7 +66,7 @@ void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc, GemmBatch batch = {});
 // Checks on the device that every element of idx (int64, contiguous) is in
 // [0, bound), without a host synchronisation: the first one that is not is
-// recorded for cuda::raise_device_errors() (cuda/runtime.h), which the host
+// recorded for cuda::raise_device_errors() (cuda/devices.h), which the host
 // runs whenever it next waits for the device. `what` names the check in the
 // error. The kernels below skip out-of-range indices, so nothing reads or
 // writes out of bounds meanwhile.

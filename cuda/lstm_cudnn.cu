@@ -17,7 +17,7 @@
 #include "tcn/core/step_graph.h"
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/ops/ops.h"
 #include "tcn/cuda/cudnn_lib.cuh"
 

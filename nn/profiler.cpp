@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "tcn/core/files.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 namespace tcn::nn {
 

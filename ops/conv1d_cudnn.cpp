@@ -15,7 +15,7 @@
 #include "tcn/core/step_graph.h"
 #include "tcn/cuda/cudnn.h"
 #include "tcn/cuda/kernels.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/ops/dispatch.h"
 #include "tcn/ops/ops.h"
 

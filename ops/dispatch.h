@@ -4,7 +4,7 @@
 
 #include "tcn/core/profile.h"
 #include "tcn/core/tensor.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 namespace tcn {
 

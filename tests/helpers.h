@@ -14,7 +14,7 @@
 #include <numeric>
 #include <string>
 
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 #include "tcn/ops/ops.h"
 

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #ifdef TCN_CUDA_EMU
 #include "tcn/cuda/emu/emu.h"
 #endif

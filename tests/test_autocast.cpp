@@ -4,7 +4,7 @@
 // its op was recorded with; the golden TCN's logits stay within a stated
 // tolerance of PyTorch's float32 ones.
 #include "tcn/core/autocast.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "helpers.h"
 #include "tcn/nn/checkpoint.h"
 #include "tcn/nn/models.h"

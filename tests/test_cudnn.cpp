@@ -13,7 +13,7 @@
 #include "tcn/core/backends.h"
 #include "tcn/core/step_graph.h"
 #include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/nn/layers.h"
 #include "tcn/nn/models.h"
 #include "tcn/nn/optim.h"

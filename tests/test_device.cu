@@ -17,7 +17,7 @@
 
 #include "tcn/cuda/common.h"
 #include "tcn/cuda/device.cuh"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #ifdef TCN_CUDA_EMU
 #include "helpers.h"
 #include "tcn/cuda/emu/emu.h"

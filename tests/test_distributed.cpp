@@ -6,7 +6,7 @@
 
 #include "helpers.h"
 #include "tcn/autograd/tape.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/nn/distributed.h"
 
 using namespace tcn;

@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "helpers.h"
 #include "nlohmann/json.hpp"
 #include "tcn/nn/models.h"

@@ -19,7 +19,7 @@
 #include "tcn/core/autocast.h"
 #include "tcn/core/backends.h"
 #include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/nn/layers.h"
 #include "tcn/ops/ops.h"
 

@@ -10,7 +10,7 @@
 #include "tcn/core/autocast.h"
 #include "tcn/core/step_graph.h"
 #include "tcn/core/threads.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "flags.h"
 #include "generate.h"
 #include "tcn/nn/optim.h"

@@ -14,7 +14,7 @@
 #include "tcn/core/files.h"
 #include "tcn/core/threads.h"
 #include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/nn/safetensors.h"
 #include "tcn/ops/cpu_blas.h"
 

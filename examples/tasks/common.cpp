@@ -16,7 +16,7 @@
 
 #include "cli.h"  // examples/charlm: print_error, kSeed, resolve_device, check_output_path
 #include "trainer.h"  // examples/charlm: the training step
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/nn/safetensors.h"
 
 namespace tasks {

@@ -1,6 +1,6 @@
 // The CUDA runtime of a build without CUDA (TCN_CUDA=OFF, or no nvcc found):
 // no devices, and every device call says why.
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 #include "tcn/cuda/cudnn.h"
 
 #include "tcn/core/error.h"

@@ -1,6 +1,6 @@
 // CUDA device runtime: device discovery, the caching allocator over cudaMalloc
 // (core/caching_allocator.h), and host/device copies.
-#include "tcn/cuda/runtime.h"
+#include "tcn/cuda/devices.h"
 
 #include <atomic>
 #include <memory>

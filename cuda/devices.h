@@ -1,6 +1,7 @@
-// The CUDA device runtime as the rest of tcn sees it. Plain C++ declarations:
-// the implementation is cuda/runtime.cu when built with CUDA, and
-// cuda/nocuda/runtime.cpp otherwise (where every device call explains that tcn
+// tcn's device layer: the CUDA devices as the rest of tcn sees them (discovery, streams,
+// synchronisation, memory, graphs, counters). Plain C++ declarations:
+// the implementation is cuda/devices.cu when built with CUDA, and
+// cuda/nocuda/devices.cpp otherwise (where every device call explains that tcn
 // was built without CUDA).
 //
 // "No GPU" is a normal state, never a crash: device_count() is 0 and
@@ -118,7 +119,7 @@ void raise_device_errors();
 // own call sites count too, in both builds: every kernel launch goes through
 // TCN_LAUNCH (cuda/common.h), every GEMM through cuda/gemm.cu, every graph
 // launch through Graph, and every host wait and cudaMalloc through
-// cuda/runtime.cu, cuda/timing.cu and cuda/thrust.cuh. counters() is the
+// cuda/devices.cu, cuda/timing.cu and cuda/thrust.cuh. counters() is the
 // emulator's count on the emulated device and the call sites' on a GPU;
 // call_site_counters() is always the call sites'. A test checks on every CI run
 // that the two agree on whole training steps, eager and captured, so the call
