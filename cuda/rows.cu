@@ -136,7 +136,10 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   // references Thrust's host backend builds from a null system pointer).
   int64_t* kp = static_cast<int64_t*>(keys.raw_data());
   int64_t* pp = static_cast<int64_t*>(pos.raw_data());
-  thrust::sequence(thrust_on(s), pp, pp + n);
+  {
+    ThrustScope scope;
+    thrust::sequence(thrust_on(s), pp, pp + n);
+  }
   stable_sort_by_key(s, kp, pp, n);
   dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
     TCN_LAUNCH(grid_for(n * D, 256), 256, 0, s, segment_sum_kernel<T>)(static_cast<T*>(out.raw_data()),

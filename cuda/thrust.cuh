@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "tcn/cuda/common.h"
+#if !defined(__CUDACC__)
+#include "tcn/cuda/emu/emu.h"
+#endif
 
 namespace tcn::cuda {
 
@@ -25,12 +28,17 @@ inline auto thrust_on(cudaStream_t s) {
   site::host_sync();  // the algorithm's own wait at its end
   return thrust::cuda::par.on(s);
 }
+// Hold one around a Thrust call: on the emulated device, Thrust's host backend
+// works on device memory from the calling thread, which the emulator otherwise
+// keeps inaccessible to host code (cuda/emu/emu.h, HostAccess).
+struct ThrustScope {};
 #else
 inline auto thrust_on(cudaStream_t s) {
   CUDA_CHECK(cudaStreamSynchronize(s));
   site::host_sync();
   return thrust::cpp::par;
 }
+using ThrustScope = tcn::emu::HostAccess;
 #endif
 
 // keys[0, n) sorted stably on stream s, vals moved along with them. On a GPU,
@@ -45,6 +53,7 @@ inline void stable_sort_by_key(cudaStream_t s, int64_t* keys, int64_t* vals, int
 #else
   CUDA_CHECK(cudaStreamSynchronize(s));
   site::host_sync();
+  ThrustScope on_host;
   std::vector<std::pair<int64_t, int64_t>> kv(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) kv[static_cast<size_t>(i)] = {keys[i], vals[i]};
   std::stable_sort(kv.begin(), kv.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

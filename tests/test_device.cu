@@ -590,6 +590,15 @@ void run_synced_warp() {
   run_on_fresh_memory(64, [](int*, int* out) { TCN_LAUNCH(2, 32, 0, nullptr, synced_warp_kernel)(out); });
 }
 
+volatile int g_sink = 0;  // volatile: the read below must happen
+void run_host_reads_device_memory() {
+  int* d = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(int));
+  cudaMemset(d, 0, 64 * sizeof(int));
+  cudaDeviceSynchronize();
+  g_sink = d[10];  // a host dereference of device memory: a segmentation fault on a GPU
+}
+
 void run_divergent_barrier() {
   int* d = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(int));
@@ -661,6 +670,28 @@ TEST_CASE("emulated racecheck: planted races are reported with the kernel and bo
     }
   }
   tcn::emu::set_order(saved);
+}
+
+TEST_CASE("emulated: host code touching device memory faults, naming the allocation; pinned memory does not" *
+          doctest::skip(!tcn::emu::protects_device_memory())) {
+  bool aborted = false;
+  const std::string err = in_child(run_host_reads_device_memory, &aborted);
+  CHECK(aborted);
+  INFO(err);
+  CHECK(err.find("host code accessed device memory at 0x") != std::string::npos);
+  CHECK(err.find("byte 40 of the device allocation of 256 bytes") != std::string::npos);
+  CHECK(err.find("allocated at:") != std::string::npos);
+  CHECK(err.find("the access, at:") != std::string::npos);
+
+  // Pinned host memory stays accessible, and device memory is usable through the runtime.
+  int* pinned = nullptr;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned), 16 * sizeof(int)));
+  pinned[3] = 7;
+  int* d = device_alloc<int>(16);
+  CUDA_CHECK(cudaMemcpy(d, pinned, 16 * sizeof(int), cudaMemcpyHostToDevice));
+  CHECK(download(d, 16)[3] == 7);
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFreeHost(pinned));
 }
 
 TEST_CASE("emulated: a host pointer passed to a kernel, and a __trap, are sticky errors") {

@@ -18,6 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${RACECHECK_BUILD_DIR:-build-emu-tsan}
 FULL_LAUNCHES=${1:-}
+if [ -n "$FULL_LAUNCHES" ] && [ ! -s "$FULL_LAUNCHES" ]; then
+  echo "racecheck: $FULL_LAUNCHES is missing or empty: write it with TCN_EMU_LAUNCHES=<file> on a full emulated run" >&2
+  exit 2
+fi
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   echo "== configuring $BUILD (clang-14, TCN_CUDA=EMU, TCN_SANITIZE=thread)"

@@ -41,6 +41,20 @@ bool racecheck();
 size_t memory_limit();
 void set_memory_limit(size_t bytes);
 
+// ---- device memory ------------------------------------------------------------------
+// Device memory is inaccessible to host code (it faults, naming the allocation:
+// cuda/emu/memory.cpp) except while a HostAccess exists: the emulator's own work
+// on it (kernels, copies, memsets, cuBLAS) and Thrust's host backend
+// (cuda/thrust.cuh), which runs a GPU's algorithms on the calling thread.
+// TCN_EMU_PROTECT=0 leaves it accessible (gdb).
+bool protects_device_memory();  // false under TCN_EMU_PROTECT=0
+struct HostAccess {
+  HostAccess();
+  ~HostAccess();
+  HostAccess(const HostAccess&) = delete;
+  HostAccess& operator=(const HostAccess&) = delete;
+};
+
 // ---- counters (printed at exit when TCN_EMU_STATS=1) -------------------------------
 struct Counters {
   uint64_t launches = 0;        // kernel launches issued by the host (graph replays not counted)

@@ -40,6 +40,11 @@ struct Region {
 };
 bool find_region(const void* p, size_t n, Region* out);
 
+// Device memory (memory.cpp): an allocation in the protected mapping (nullptr
+// when the mapping is full), and its release (false: not an allocation's start).
+void* device_alloc(size_t size);
+bool device_free(void* p);
+
 void count_cublas_call();
 // A GEMM issued by the host (not into a capture): counted as a launch of its own.
 void count_cublas_issue(cudaStream_t stream);

@@ -217,6 +217,8 @@ void set_sticky(cudaError_t e, const std::string& detail) {
 // ---- the queue ------------------------------------------------------------------------
 void run_until(uint64_t seq) {
   State& s = st();
+  if (s.queue.empty() || s.queue.front().seq > seq) return;
+  HostAccess device_work;  // the queue's work may touch device memory
   while (!s.queue.empty() && s.queue.front().seq <= seq) {
     Pending p = std::move(s.queue.front());
     s.queue.pop_front();
@@ -670,9 +672,12 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
                                                std::to_string(used) + " of " +
                                                std::to_string(s.settings.memory_limit) + " bytes in use on device " +
                                                std::to_string(tl_device));
-  void* p = ::operator new(size, std::align_val_t{256}, std::nothrow);
-  if (!p) return fail(cudaErrorMemoryAllocation, "the host has no memory for " + std::to_string(size) + " bytes");
-  std::memset(p, 0xFF, size);  // fresh device memory reads as NaN / -1, never as zeros
+  void* p = device_alloc(size);
+  if (!p) return fail(cudaErrorMemoryAllocation, "no address space left for " + std::to_string(size) + " bytes");
+  {
+    HostAccess fill;
+    std::memset(p, 0xFF, size);  // fresh device memory reads as NaN / -1, never as zeros
+  }
   s.regions[reinterpret_cast<uintptr_t>(p)] = Region{static_cast<const char*>(p), size, 1};
   used += size;
   s.counters.allocations++;
@@ -697,7 +702,7 @@ cudaError_t cudaFree(void* ptr) {
   s.counters.bytes_allocated -= it->second.size;
   s.device_bytes[tl_device] -= std::min(s.device_bytes[tl_device], it->second.size);
   s.regions.erase(it);
-  ::operator delete(ptr, std::align_val_t{256});
+  device_free(ptr);
   return s.sticky;
 }
 
@@ -745,7 +750,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
     return fail(cudaErrorStreamCaptureUnsupported, "a synchronous cudaMemcpy during stream capture");
   run_all();  // the legacy stream waits for the device's earlier work, then the host for the copy
   if (s.sticky != cudaSuccess) return s.sticky;
-  std::memcpy(dst, src, n);
+  {
+    HostAccess copy;
+    std::memcpy(dst, src, n);
+  }
   if (k == cudaMemcpyDeviceToHost) {
     s.counters.sync_d2h_copies++;
     s.counters.host_syncs++;
@@ -783,7 +791,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   if (k == cudaMemcpyDeviceToHost && dk == 0) {  // into pageable memory: the host waits for the copy
     run_until(resolve(stream)->last_seq);
     if (s.sticky != cudaSuccess) return s.sticky;
-    std::memcpy(dst, src, n);
+    {
+      HostAccess copy;
+      std::memcpy(dst, src, n);
+    }
     s.counters.sync_d2h_copies++;
     s.counters.host_syncs++;
     return cudaSuccess;
