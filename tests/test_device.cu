@@ -712,6 +712,110 @@ TEST_CASE("emulated: a host pointer passed to a kernel, and a __trap, are sticky
   tcn::emu::clear_sticky_error();
   CUDA_CHECK(cudaFree(d));
 }
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string r;
+  for (int x : v) r += (r.empty() ? "" : " ") + std::to_string(x);
+  return r;
+}
+
+// A producer on stream `a` adds 5 to d (zeros); a consumer on stream `b` copies d
+// to out, after waiting for the producer's event or not. Returns out[0] over 16
+// interleaved schedules (seeds 1..16): 5 where the copy saw the producer's work.
+std::vector<int> interleaved_results(unsigned flags_a, bool wait, bool legacy_consumer) {
+  cudaStream_t a, b;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&a, flags_a));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  cudaStream_t consumer = legacy_consumer ? nullptr : b;
+  cudaEvent_t produced;
+  CUDA_CHECK(cudaEventCreate(&produced));
+  int* d = device_alloc<int>(32);
+  int* out = device_alloc<int>(32);
+  std::vector<int> seen;
+  for (uint64_t seed = 1; seed <= 16; ++seed) {
+    tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
+    CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
+    CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    TCN_LAUNCH(1, 32, 0, a, add_kernel)(d, 5);
+    CUDA_CHECK(cudaEventRecord(produced, a));
+    if (wait) CUDA_CHECK(cudaStreamWaitEvent(consumer, produced, 0));
+    CUDA_CHECK(cudaMemcpyAsync(out, d, 32 * sizeof(int), cudaMemcpyDeviceToDevice, consumer));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    seen.push_back(download(out, 32)[0]);
+  }
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFree(out));
+  CUDA_CHECK(cudaEventDestroy(produced));
+  CUDA_CHECK(cudaStreamDestroy(a));
+  CUDA_CHECK(cudaStreamDestroy(b));
+  return seen;
+}
+
+TEST_CASE("emulated interleaved streams: a missing cudaStreamWaitEvent gives a wrong result; the wait, or the legacy "
+          "stream's order, prevents it") {
+  const tcn::emu::Streams saved = tcn::emu::streams();
+  const auto count = [](const std::vector<int>& v, int x) { return std::count(v.begin(), v.end(), x); };
+  const std::vector<int> missing = interleaved_results(cudaStreamNonBlocking, false, false);
+  INFO("without the wait, out[0] per seed: ", join_ints(missing));
+  CHECK(count(missing, 0) > 0);  // the copy ran before the producer
+  CHECK(count(missing, 5) > 0);  // and after it: the order is chosen, not fixed
+  CHECK(count(missing, 0) + count(missing, 5) == 16);
+  CHECK(count(interleaved_results(cudaStreamNonBlocking, true, false), 5) == 16);
+  // The legacy stream waits for earlier work of blocking streams, not of non-blocking ones.
+  CHECK(count(interleaved_results(cudaStreamDefault, false, true), 5) == 16);
+  CHECK(count(interleaved_results(cudaStreamNonBlocking, false, true), 0) > 0);
+  tcn::emu::set_streams(saved, tcn::emu::seed());
+}
+
+TEST_CASE("emulated interleaved streams: a captured fork runs its branches in any order; a captured wait orders them") {
+  const tcn::emu::Streams saved = tcn::emu::streams();
+  cudaStream_t origin, side;
+  CUDA_CHECK(cudaStreamCreate(&origin));
+  CUDA_CHECK(cudaStreamCreate(&side));
+  cudaEvent_t fork, produced, join;
+  for (cudaEvent_t* e : {&fork, &produced, &join}) CUDA_CHECK(cudaEventCreate(e));
+  int* d = device_alloc<int>(32);
+  int* out = device_alloc<int>(32);
+  for (bool wait : {false, true}) {
+    const std::string what = wait ? "the side branch waits for the producer" : "no wait between the branches";
+    INFO(what);
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeGlobal));
+    CUDA_CHECK(cudaEventRecord(fork, origin));
+    CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));  // side joins the capture
+    TCN_LAUNCH(1, 32, 0, origin, add_kernel)(d, 5);
+    CUDA_CHECK(cudaEventRecord(produced, origin));
+    if (wait) CUDA_CHECK(cudaStreamWaitEvent(side, produced, 0));
+    CUDA_CHECK(cudaMemcpyAsync(out, d, 32 * sizeof(int), cudaMemcpyDeviceToDevice, side));
+    CUDA_CHECK(cudaEventRecord(join, side));
+    CUDA_CHECK(cudaStreamWaitEvent(origin, join, 0));
+    CUDA_CHECK(cudaStreamEndCapture(origin, &graph));
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<int> seen;
+    for (uint64_t seed = 1; seed <= 16; ++seed) {
+      tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
+      CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
+      CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
+      CUDA_CHECK(cudaGraphLaunch(exec, origin));
+      CUDA_CHECK(cudaStreamSynchronize(origin));
+      seen.push_back(download(out, 32)[0]);
+    }
+    INFO("out[0] per seed: ", join_ints(seen));
+    const auto fives = std::count(seen.begin(), seen.end(), 5);
+    if (wait) CHECK(fives == 16);
+    else CHECK((fives > 0 && fives < 16));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  tcn::emu::set_streams(saved, tcn::emu::seed());
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFree(out));
+  for (cudaEvent_t e : {fork, produced, join}) CUDA_CHECK(cudaEventDestroy(e));
+  CUDA_CHECK(cudaStreamDestroy(origin));
+  CUDA_CHECK(cudaStreamDestroy(side));
+}
 #endif  // TCN_CUDA_EMU
 
 }  // TEST_SUITE

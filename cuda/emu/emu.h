@@ -26,11 +26,21 @@ namespace tcn::emu {
 
 // ---- settings ----------------------------------------------------------------------
 // The order in which a block's CUDA threads start and resume after a barrier
-// (TCN_EMU_ORDER=forward|reverse|random; TCN_EMU_SEED seeds random).
+// (TCN_EMU_ORDER=forward|reverse|random; TCN_EMU_SEED varies random).
 enum class Order { Forward, Reverse, Random };
 Order order();
 void set_order(Order o);
 const char* order_name(Order o);
+uint64_t seed();  // TCN_EMU_SEED (default 0)
+// How queued work of different streams runs (TCN_EMU_STREAMS=fifo|interleave).
+// Fifo: in issue order, one queue for all streams. Interleave: each step runs a
+// random operation among those CUDA lets start (its stream's first, after the
+// event records it waits for, legacy-stream order kept), as a GPU may, so a
+// missing cudaStreamWaitEvent shows as a wrong result; graph nodes likewise
+// follow only their stream order and captured event waits. Seeded by `seed`.
+enum class Streams { Fifo, Interleave };
+Streams streams();
+void set_streams(Streams m, uint64_t seed);  // runs what is queued first
 // OS threads that run blocks in parallel (TCN_EMU_THREADS; default: OpenMP's).
 int threads();
 void set_threads(int n);

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -33,8 +34,12 @@ struct CUgraph_st;
 struct CUstream_st {
   unsigned flags = 0;
   int device = 0;
+  uint64_t id = 0;  // 0: the legacy default stream (the queue's key; an address may be reused)
   uint64_t last_seq = 0;
   struct Capture* capture = nullptr;
+  // cudaStreamWaitEvent's dependencies, taken by the stream's next operation:
+  std::vector<uint64_t> waits;        // queue positions of event records
+  std::vector<size_t> capture_waits;  // in a capture: graph nodes (index + 1)
 };
 
 struct CUevent_st {
@@ -45,12 +50,14 @@ struct CUevent_st {
   uint64_t capture_id = 0;  // recorded into this capture (0: not captured)
   CUstream_st* capture_stream = nullptr;
   size_t capture_nodes = 0;  // graph size when it was recorded
+  size_t capture_tail = 0;   // the recording stream's last node then (index + 1; 0: none)
 };
 
 namespace {
 struct Node {
   std::string what;
   std::function<void()> op;
+  std::vector<size_t> after;  // nodes (index + 1) it follows: its stream's previous one, the events it waits for
 };
 }  // namespace
 
@@ -71,6 +78,7 @@ struct Capture {
   std::string why_invalid;
   std::map<CUstream_st*, size_t> last_node;    // per stream in the capture: graph size after its last node
   std::map<CUstream_st*, size_t> joined_back;  // per forked stream: how far the origin has waited for it
+  std::map<CUstream_st*, size_t> tail;         // per stream: its last node (index + 1)
 };
 
 namespace tcn::emu {
@@ -82,10 +90,15 @@ constexpr size_t kQueueDepth = 1024;  // pending operations before the host must
 struct Pending {
   uint64_t seq;
   std::function<void()> op;
+  uint64_t stream = 0;          // CUstream_st::id
+  bool blocking = true;         // ordered with the legacy stream (the legacy stream itself included)
+  std::vector<uint64_t> after;  // event records (queue positions) it waits for
 };
 
 struct Settings {
   Order order = Order::Forward;
+  Streams streams = Streams::Fifo;
+  uint64_t seed = 0;
   int threads = 1;
   size_t memory_limit = size_t{80} << 30;
   int devices = 1;
@@ -110,6 +123,8 @@ struct State {
   std::string sticky_detail;
   CUstream_st legacy;
   std::set<CUstream_st*> streams;
+  uint64_t next_stream_id = 0;
+  std::mt19937_64 stream_rng;  // picks among runnable operations (Streams::Interleave)
   std::set<CUevent_st*> events;
   std::vector<Capture*> captures;
   uint64_t next_capture_id = 0;
@@ -152,6 +167,14 @@ State& st() {
       else if (v == "random") c.order = Order::Random;
       else bad_env("TCN_EMU_ORDER", o, "forward, reverse or random");
     }
+    if (const char* v = std::getenv("TCN_EMU_STREAMS"); v && *v) {
+      const std::string x = v;
+      if (x == "fifo") c.streams = Streams::Fifo;
+      else if (x == "interleave") c.streams = Streams::Interleave;
+      else bad_env("TCN_EMU_STREAMS", v, "fifo or interleave");
+    }
+    c.seed = static_cast<uint64_t>(env_long("TCN_EMU_SEED", 0, LONG_MAX, 0));
+    p->stream_rng.seed(c.seed);
     c.threads = static_cast<int>(env_long("TCN_EMU_THREADS", 1, 1024, omp_get_max_threads()));
     c.memory_limit = static_cast<size_t>(env_long("TCN_EMU_MEMORY_MB", 1, 1 << 30, 80 * 1024)) << 20;
     c.devices = static_cast<int>(env_long("TCN_EMU_DEVICES", 0, 16, 1));
@@ -215,13 +238,41 @@ void set_sticky(cudaError_t e, const std::string& detail) {
 }
 
 // ---- the queue ------------------------------------------------------------------------
+// Streams::Fifo runs the queue in issue order. Streams::Interleave runs, at each
+// step, a random one of the operations CUDA lets start: the first queued
+// operation of its stream, whose waited-for event records have run, and, between
+// the legacy stream and blocking streams, after the other side's earlier work.
+size_t pick_runnable(State& s) {
+  if (s.settings.streams == Streams::Fifo) return 0;
+  std::vector<size_t> runnable;
+  std::set<uint64_t> streams_seen;
+  bool legacy_seen = false, blocking_seen = false;
+  auto queued = [&](uint64_t seq) {
+    auto it = std::lower_bound(s.queue.begin(), s.queue.end(), seq,
+                               [](const Pending& p, uint64_t x) { return p.seq < x; });
+    return it != s.queue.end() && it->seq == seq;
+  };
+  for (size_t i = 0; i < s.queue.size(); ++i) {
+    const Pending& p = s.queue[i];
+    const bool legacy = p.stream == 0;
+    bool can = streams_seen.insert(p.stream).second;
+    can = can && !(legacy && blocking_seen) && !(p.blocking && !legacy && legacy_seen);
+    for (uint64_t a : p.after) can = can && !queued(a);
+    if (can) runnable.push_back(i);
+    legacy_seen = legacy_seen || legacy;
+    blocking_seen = blocking_seen || (p.blocking && !legacy);
+  }
+  return runnable[s.stream_rng() % runnable.size()];  // never empty: the first operation can always run
+}
+
 void run_until(uint64_t seq) {
   State& s = st();
   if (s.queue.empty() || s.queue.front().seq > seq) return;
   HostAccess device_work;  // the queue's work may touch device memory
   while (!s.queue.empty() && s.queue.front().seq <= seq) {
-    Pending p = std::move(s.queue.front());
-    s.queue.pop_front();
+    const size_t i = pick_runnable(s);
+    Pending p = std::move(s.queue[i]);
+    s.queue.erase(s.queue.begin() + static_cast<std::ptrdiff_t>(i));
     // A faulted context runs nothing more; nor does a thread past its exit (a cudaFree from a static destructor).
     if (s.sticky == cudaSuccess && !thread_exiting()) p.op();
   }
@@ -253,7 +304,10 @@ bool unsafe_call_during_capture(const char* call) {
 
 void end_capture(Capture* c) {
   State& s = st();
-  for (auto& [stream, n] : c->last_node) stream->capture = nullptr;
+  for (auto& [stream, n] : c->last_node) {
+    stream->capture = nullptr;
+    stream->capture_waits.clear();  // a final join names nodes of this graph only
+  }
   c->origin->capture = nullptr;
   std::erase(s.captures, c);
   delete c;
@@ -381,8 +435,11 @@ cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()>
   CUstream_st* cs = resolve(stream);
   if (Capture* c = cs->capture) {
     if (c->invalidated) return fail(cudaErrorStreamCaptureInvalidated, c->why_invalid);
-    c->graph->nodes.push_back({what, std::move(op)});
-    c->last_node[cs] = c->graph->nodes.size();
+    std::vector<size_t> after = std::move(cs->capture_waits);
+    cs->capture_waits.clear();
+    if (size_t t = c->tail[cs]) after.push_back(t);
+    c->graph->nodes.push_back({what, std::move(op), std::move(after)});
+    c->last_node[cs] = c->tail[cs] = c->graph->nodes.size();
     return cudaSuccess;
   }
   if (cs == &s.legacy && !s.captures.empty()) {
@@ -393,7 +450,8 @@ cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()>
     }
     return fail(cudaErrorStreamCaptureImplicit, std::string(what) + " on the legacy stream while a stream is capturing");
   }
-  s.queue.push_back({++s.next_seq, std::move(op)});
+  s.queue.push_back({++s.next_seq, std::move(op), cs->id, !(cs->flags & cudaStreamNonBlocking), std::move(cs->waits)});
+  cs->waits.clear();
   cs->last_seq = s.next_seq;
   if (s.queue.size() > kQueueDepth) {  // the host blocks until the device catches up
     s.counters.implicit_syncs++;
@@ -416,6 +474,15 @@ void count_cublas_issue(cudaStream_t stream) {
 // ---- settings, counters, test hooks (cuda/emu/emu.h) ---------------------------------------
 Order order() { return st().settings.order; }
 void set_order(Order o) { st().settings.order = o; }
+uint64_t seed() { return st().settings.seed; }
+Streams streams() { return st().settings.streams; }
+void set_streams(Streams m, uint64_t seed) {
+  State& s = st();
+  Lock lock(s.mu);
+  run_all();  // what is queued ran under the previous mode
+  s.settings.streams = m;
+  s.stream_rng.seed(seed);
+}
 const char* order_name(Order o) {
   switch (o) {
     case Order::Forward: return "forward";
@@ -837,6 +904,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   auto* cs = new CUstream_st;
   cs->flags = flags;
   cs->device = tl_device;
+  cs->id = ++s.next_stream_id;
   s.streams.insert(cs);
   *stream = cs;
   return cudaSuccess;
@@ -902,11 +970,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
       size_t& j = ec->joined_back[event->capture_stream];
       j = std::max(j, event->capture_nodes);
     }
+    if (event->capture_tail) cs->capture_waits.push_back(event->capture_tail);
     return cudaSuccess;
   }
   if (cs->capture && event->seq != 0 && !event->done)
     return fail(cudaErrorStreamCaptureIsolation, "a capturing stream waits for an event recorded outside the capture");
-  return cudaSuccess;  // issue order already runs the recorded work first
+  if (event->seq != 0 && !event->done) cs->waits.push_back(event->seq);  // the stream's next operation waits
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
@@ -942,6 +1012,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     event->capture_id = c->id;
     event->capture_stream = cs;
     event->capture_nodes = c->graph->nodes.size();
+    event->capture_tail = c->tail[cs];
     return cudaSuccess;
   }
   event->capture_id = 0;
@@ -1072,6 +1143,44 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
   return cudaSuccess;
 }
 
+namespace tcn::emu {
+namespace {
+// A graph's nodes in capture order (Streams::Fifo), or in a random order that
+// keeps every node after those it follows (Streams::Interleave).
+std::vector<size_t> node_order(const std::vector<Node>& nodes) {
+  State& s = st();
+  std::vector<size_t> order;
+  order.reserve(nodes.size());
+  if (s.settings.streams == Streams::Fifo) {
+    for (size_t i = 0; i < nodes.size(); ++i) order.push_back(i);
+    return order;
+  }
+  std::vector<int> waiting(nodes.size());
+  std::vector<std::vector<size_t>> next(nodes.size());
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t a : nodes[i].after) next[a - 1].push_back(i);
+    waiting[i] = static_cast<int>(nodes[i].after.size());
+    if (waiting[i] == 0) ready.push_back(i);
+  }
+  while (!ready.empty()) {
+    const size_t k = s.stream_rng() % ready.size();
+    const size_t i = ready[k];
+    ready[k] = ready.back();
+    ready.pop_back();
+    order.push_back(i);
+    for (size_t j : next[i])
+      if (--waiting[j] == 0) ready.push_back(j);
+  }
+  if (order.size() != nodes.size()) {
+    std::fprintf(stderr, "tcn-emu: internal error: a graph's node dependencies form a cycle\n");
+    std::abort();
+  }
+  return order;
+}
+}  // namespace
+}  // namespace tcn::emu
+
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   State& s = st();
   Lock lock(s.mu);
@@ -1080,8 +1189,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (valid_stream(stream) && resolve(stream)->capture)
     return fail(cudaErrorStreamCaptureUnsupported, "cudaGraphLaunch into a capturing stream is not emulated");
   cudaError_t e = enqueue(stream, "cudaGraphLaunch", [exec] {
-    for (const Node& n : exec->nodes)
-      if (st().sticky == cudaSuccess) n.op();
+    for (size_t i : node_order(exec->nodes))
+      if (st().sticky == cudaSuccess) exec->nodes[i].op();
   });
   if (e == cudaSuccess) s.counters.graph_launches++;
   return e;

@@ -523,7 +523,7 @@ void run_block(Block& b, const KernelLaunch& l, const race::Grid& grid, uint64_t
   b.start_order.resize(b.n);
   for (int t = 0; t < b.n; ++t) b.start_order[t] = t;
   if (order() != Order::Forward) {
-    b.rng.seed(launch_id * 0x9E3779B97F4A7C15ull + linear);
+    b.rng.seed((launch_id + (seed() << 32)) * 0x9E3779B97F4A7C15ull + linear);
     order_threads(b, b.start_order);
   }
   b.linear = linear;
