@@ -8,7 +8,7 @@
 // dtype, broadcastable shapes), any strides unless stated.
 //
 // Every kernel runs in CI on the emulated device (TCN_CUDA=EMU, docs/emulator.md)
-// against its CPU twin (tests/test_cuda_ops.cpp, test_cuda_train.cpp). Whether
+// against its CPU twin (tests/op_cases.cpp, test_cuda_ops.cpp, test_cuda_train.cpp). Whether
 // they have been verified on a GPU is cuda::verified_on_gpu() (the README's
 // results say when); until then no trainer picks the GPU by itself, and an
 // explicit --device cuda runs them with a warning.

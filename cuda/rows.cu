@@ -1,6 +1,6 @@
 // The embedding's kernels (ops/rows.cpp): gather_rows and scatter_add_rows,
 // and the device-side index check that the rows and cross-entropy ops share.
-// The CPU kernels are the oracle (tests/test_cuda_ops.cpp).
+// The CPU kernels are the oracle (tests/op_cases.cpp, test_cuda_ops.cpp).
 #include <thrust/sequence.h>
 
 #include "tcn/cuda/context.cuh"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (incrementally) and runs the test suites. Prints which CUDA tests ran
 # or why they were skipped. Extra arguments go to doctest, e.g.
-#   scripts/test.sh -ts=gradcheck      # one suite
+#   scripts/test.sh -ts=ops            # one suite (the op registry)
 #   scripts/test.sh -tc="*matmul*"     # matching test cases
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -39,6 +39,8 @@ export TCN_EMU_LAUNCHES="$launches"
 
 echo "== racecheck: device language (planted races included), per-op CUDA tests, runtime"
 "$BUILD/tests/tcn_tests" -sf='*test_device*,*test_cuda_ops*,*test_cuda_runtime*'
+echo "== racecheck: the op registry's CUDA mode (every op against the CPU)"
+"$BUILD/tests/tcn_tests" -tc='ops: CUDA against the CPU*'
 echo "== racecheck: optimizers, gradient clipping, loss watch, weight-normed layers"
 "$BUILD/tests/tcn_tests" \
   -tc='CUDA vs CPU: SGD*,CUDA vs CPU: clipping*,CUDA vs CPU: RMSprop*,LossWatch*,CUDA vs CPU: weight-normed*'

@@ -45,7 +45,7 @@ Device resolve_device(const std::string& name, const char* program) {
                    program, name.c_str());
     else if (!cuda::verified_on_gpu())
       std::fprintf(stderr, "%s: warning: the CUDA kernels of this build have not been verified on a GPU yet "
-                           "(tests/test_cuda_ops.cpp); results may be wrong\n",
+                           "(tests/test_ops.cpp, tests/test_cuda_ops.cpp); results may be wrong\n",
                    program);
   }
   return d;
