@@ -38,7 +38,6 @@
 // (ops/conv1d_paths.h): a forward that returns y and the backward that turns dy
 // into (dx, dw, db).
 #include "conv1d_paths.h"
-#include "tcn/core/autocast.h"
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/cpu_blas.h"
 #include "tcn/ops/dispatch.h"
@@ -218,10 +217,10 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
 
   using namespace conv1d_paths;
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
-  const bool bf16 = autocast_bf16(x_in);
+  const ConvSettings s = conv_settings(x_in);  // precision, --conv_impl, capture: read here only
   const Tensor x = x_in.detach(), wd = w.detach(), b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  ConvOut out = conv1d_impl(geo, x, wd, b, bf16) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, bf16)
-                                                                     : conv1d_gemm(geo, x, wd, b, bf16);
+  ConvOut out = conv1d_impl(geo, x, wd, b, s) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, s.bf16)
+                                                                  : conv1d_gemm(geo, x, wd, b, s.bf16);
   if (autograd::needs_grad({x_in, w, bias})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
     autograd::record("conv1d", {x_in, w, bias}, {out.y},

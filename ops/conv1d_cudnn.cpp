@@ -83,15 +83,17 @@ static std::string cudnn_refusal(const ConvRows& geo, const Tensor& x) {
 // path's (within a tolerance set by the precision); one line says what was
 // chosen. Inside a CUDA graph capture nothing is timed: the GEMM path runs and
 // the shape stays undecided.
-static ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+static ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b,
+                            const ConvSettings& s) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>, ConvImpl>
+  static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>,
+                  ConvImpl>
       chosen;
   const auto key = std::tuple{x.device().index, geo.B, geo.L, geo.Cin, geo.Cout, geo.K, geo.d, geo.left,
-                              static_cast<int>(autocast_precision()), cudnn_conv_deterministic()};
+                              s.bf16, s.tf32, s.deterministic};
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
-  if (StepGraph::capturing()) return ConvImpl::Gemm;
+  if (s.capturing) return ConvImpl::Gemm;
 
   char shape[160];
   std::snprintf(shape, sizeof shape, "[B %lld, L %lld, %lld -> %lld, K %lld, dilation %lld]",
@@ -113,7 +115,7 @@ static ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& 
     cuda::EventTimer timer(x.device().index);
     for (int rep = 0; rep < 4; ++rep) {
       const int32_t start = timer.mark();
-      ConvOut out = impl(geo, x, w, b, bf16);
+      ConvOut out = impl(geo, x, w, b, s.bf16);
       ConvGrads g = out.backward(dy, true, true, b.defined());
       const int32_t end = timer.mark();
       if (rep == 0) continue;  // warm-up
@@ -131,7 +133,7 @@ static ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& 
     return decide(ConvImpl::Gemm, std::string("cuDNN failed: ") + e.what());
   }
   // Largest difference relative to the largest value, per output.
-  const double tol = bf16 || autocast_tf32() ? 2e-2 : 1e-3;
+  const double tol = s.bf16 || s.tf32 ? 2e-2 : 1e-3;
   double worst = 0;
   for (auto [a, c] : {std::pair{gemm_run.y, cudnn_run.y}, {gemm_run.dx, cudnn_run.dx}, {gemm_run.dw, cudnn_run.dw},
                       {gemm_run.db, cudnn_run.db}}) {
@@ -154,9 +156,17 @@ static ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& 
   return decide(cudnn_run.ms < gemm_run.ms ? ConvImpl::Cudnn : ConvImpl::Gemm, why);
 }
 
+ConvSettings conv_settings(const Tensor& x) {
+  return ConvSettings{.bf16 = autocast_bf16(x),
+                      .tf32 = autocast_tf32(),
+                      .impl = cuda_backends().conv,
+                      .deterministic = cudnn_conv_deterministic(),
+                      .capturing = StepGraph::capturing() != nullptr};
+}
+
 // Which path runs this call.
-ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
-  const ConvImpl setting = cuda_backends().conv;
+ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
+  const ConvImpl setting = s.impl;
   if (!x.device().is_cuda() || setting == ConvImpl::Gemm) return ConvImpl::Gemm;
   const std::string refusal = cudnn_refusal(geo, x);
   if (setting == ConvImpl::Cudnn) {
@@ -168,7 +178,7 @@ ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
     std::call_once(noted, [&] { std::fprintf(stderr, "conv1d: the GEMM path (cuDNN not used: %s)\n", refusal.c_str()); });
     return ConvImpl::Gemm;
   }
-  return conv1d_auto(geo, x, w, b, bf16);
+  return conv1d_auto(geo, x, w, b, s);
 }
 
 }  // namespace tcn::conv1d_paths

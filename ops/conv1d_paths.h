@@ -17,6 +17,17 @@ struct ConvRows {
       : B(B), L(L), Cin(Cin), Cout(Cout), K(K), d(d), left(left), Lp(L + (K - 1) * d), M(B * Lp - (K - 1) * d) {}
 };
 
+// The process-wide settings that decide how this call runs, read once, at the
+// top of the op (ops/conv1d.cpp), and passed down as arguments.
+struct ConvSettings {
+  bool bf16 = false;           // autocast: GEMM operands in bfloat16 (core/autocast.h)
+  bool tf32 = false;           // the GPU's TF32 GEMMs (core/autocast.h)
+  ConvImpl impl = ConvImpl::Auto;  // --conv_impl (core/backends.h)
+  bool deterministic = false;  // only deterministic cuDNN algorithms (core/backends.h)
+  bool capturing = false;      // inside a CUDA graph capture, where nothing may be timed (core/step_graph.h)
+};
+ConvSettings conv_settings(const Tensor& x);
+
 // What an implementation gives the op: y [B, L, Cout] (x's dtype) and the
 // function that computes the gradients from dy: dx [B, L, Cin], dw [Cout, Cin, K]
 // and db [Cout], each only where asked for.
@@ -36,8 +47,8 @@ Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype, in
 ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16);
 // The cuDNN path (ops/conv1d_cudnn.cpp).
 ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16);
-// Which path runs this call: the setting (core/backends.h), the device, and
-// for auto the per-shape timing (ops/conv1d_cudnn.cpp).
-ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16);
+// Which path runs this call: the setting, the device, and for auto the
+// per-shape timing (ops/conv1d_cudnn.cpp).
+ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
 
 }  // namespace tcn::conv1d_paths
