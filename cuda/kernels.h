@@ -105,6 +105,14 @@ void unpack_conv_grads(const Tensor& dw, const Tensor& db, const Tensor& dwt, in
 void weight_norm_forward(const Tensor& w, const Tensor& norm, const Tensor& v, const Tensor& g);
 void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, const Tensor& v, const Tensor& g,
                           const Tensor& norm);
+// Layer norm over the last dim of x (contiguous, R rows of C): y, and per row
+// mean and rstd (float64 [R]); gamma and beta [C] or undefined. Backward writes
+// dx and/or xhat (either may be undefined) from dy (contiguous). One block per
+// row each way (ops/layer_norm.cpp).
+void layer_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& gamma,
+                        const Tensor& beta, double eps);
+void layer_norm_backward(const Tensor& dx, const Tensor& xhat, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                         const Tensor& mean, const Tensor& rstd);
 // y = x * keep * scale with keep from the Philox stream (seed, start) as on the
 // CPU (ops/dropout.cpp); with relu, y = relu(x) * keep * scale. y (and dx)
 // contiguous; x (and g) of at most 3 dims with any strides, or contiguous.

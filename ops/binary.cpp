@@ -76,6 +76,25 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The gated linear unit over the last dim (torch.nn.functional.glu(x, dim=-1)):
+// x [..., 2C] split into halves a and b, y = a * sigmoid(b), one pass. It is the
+// gate of pytorch-tcn's TemporalBlock (use_gate), over the channels.
+Tensor glu(const Tensor& x) {
+  const profile::Op range("glu");
+  check_defined("glu", x);
+  TCN_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, "glu: the last dim must have an even size, got shape ", x.shape());
+  const int64_t C = x.size(-1) / 2;
+  const Tensor a = x.detach().narrow(-1, 0, C), b = x.detach().narrow(-1, C, C);
+  Tensor out = binary_forward("glu", a, b, fn::GluProduct{}, cuda::BinaryOp::GluProduct);
+  if (autograd::needs_grad({x}))
+    autograd::record("glu", {x}, {out}, [a, b](const TensorList& g) {
+      // d/da = sigmoid(b); d/db = a sigmoid(b) (1 - sigmoid(b)).
+      const Tensor s = sigmoid(b), ga = mul(g[0], s);
+      return TensorList{cat({ga, mul(mul(ga, a), 1.0 - s)}, -1)};
+    });
+  return out;
+}
+
 Tensor div(const Tensor& a, const Tensor& b) {
   const profile::Op range("div");
   Tensor out = binary_forward("div", a, b, fn::Div{}, cuda::BinaryOp::Div);

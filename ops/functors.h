@@ -82,6 +82,48 @@ struct Minimum {
   template <class T> TCN_HD T bwd(T g, T x, T) const { return x < T(s) ? g : T(0); }
 };
 
+// The activations of general TCNs (nn::TCN's `activation`), as PyTorch defines them.
+// A functor's one scalar is its member p (or s): the CUDA kernels receive it by that name.
+struct LeakyRelu {
+  static constexpr const char* name = "leaky_relu";
+  static constexpr bool kUsesX = true, kUsesY = false;
+  double p;  // the negative side's slope (PyTorch's negative_slope, 0.01 by default)
+  template <class T> TCN_HD T fwd(T x) const { return x > T(0) ? x : T(p) * x; }
+  template <class T> TCN_HD T bwd(T g, T x, T) const { return x > T(0) ? g : T(p) * g; }
+};
+struct Elu {
+  static constexpr const char* name = "elu";
+  static constexpr bool kUsesX = true, kUsesY = true;
+  double p;  // alpha
+  template <class T> TCN_HD T fwd(T x) const { return x > T(0) ? x : T(p) * (std::exp(x) - T(1)); }
+  // For x <= 0, d/dx alpha (e^x - 1) = alpha e^x = y + alpha.
+  template <class T> TCN_HD T bwd(T g, T x, T y) const { return x > T(0) ? g : g * (y + T(p)); }
+};
+// Scaled ELU with the constants of Klambauer et al. (2017), as torch.nn.SELU.
+struct Selu {
+  static constexpr const char* name = "selu";
+  static constexpr bool kUsesX = true, kUsesY = true;
+  static constexpr double kAlpha = 1.6732632423543772848170429916717;
+  static constexpr double kScale = 1.0507009873554804934193349852946;
+  template <class T> TCN_HD T fwd(T x) const {
+    return x > T(0) ? T(kScale) * x : T(kScale * kAlpha) * (std::exp(x) - T(1));
+  }
+  template <class T> TCN_HD T bwd(T g, T x, T y) const {
+    return x > T(0) ? g * T(kScale) : g * (y + T(kScale * kAlpha));
+  }
+};
+// GELU, the exact form x * Phi(x) with the normal CDF Phi (torch.nn.GELU()'s default, not the tanh approximation).
+struct Gelu {
+  static constexpr const char* name = "gelu";
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class T> TCN_HD T fwd(T x) const { return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
+  template <class T> TCN_HD T bwd(T g, T x, T) const {
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);  // 1 / sqrt(2 pi) e^(-x^2 / 2)
+    return g * (cdf + x * pdf);
+  }
+};
+
 // Binary ops: fwd(a, b). Their backward is composed from ops (see ops/binary.cpp).
 struct Add { template <class T> TCN_HD T operator()(T a, T b) const { return a + b; } };
 struct Sub { template <class T> TCN_HD T operator()(T a, T b) const { return a - b; } };
@@ -90,6 +132,10 @@ struct Div { template <class T> TCN_HD T operator()(T a, T b) const { return a /
 // relu(a + b): a residual connection and its activation in one pass.
 struct AddRelu {
   template <class T> TCN_HD T operator()(T a, T b) const { return Relu{}.fwd<T>(a + b); }
+};
+// a * sigmoid(b): the gated linear unit's product (glu, ops/binary.cpp).
+struct GluProduct {
+  template <class T> TCN_HD T operator()(T a, T b) const { return a * Sigmoid{}.fwd<T>(b); }
 };
 
 }  // namespace tcn::fn

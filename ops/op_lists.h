@@ -6,6 +6,7 @@
 #pragma once
 
 #define TCN_UNARY_OPS(X) \
-  X(Neg) X(Relu) X(Tanh) X(Sigmoid) X(Exp) X(Log) X(Sqrt) X(Pow) X(AddScalar) X(MulScalar) X(Minimum)
+  X(Neg) X(Relu) X(Tanh) X(Sigmoid) X(Exp) X(Log) X(Sqrt) X(Pow) X(AddScalar) X(MulScalar) X(Minimum) \
+  X(LeakyRelu) X(Elu) X(Selu) X(Gelu)
 
-#define TCN_BINARY_OPS(X) X(Add) X(Sub) X(Mul) X(Div) X(AddRelu)
+#define TCN_BINARY_OPS(X) X(Add) X(Sub) X(Mul) X(Div) X(AddRelu) X(GluProduct)

@@ -23,6 +23,9 @@ Tensor div(const Tensor& a, const Tensor& b);
 // relu(a + b) in one pass each way (a TCN block's residual connection): the same
 // values and gradients as composed, one kernel and one tensor fewer forward.
 Tensor add_relu(const Tensor& a, const Tensor& b);
+// The gated linear unit over the last dim: x [..., 2C] -> a * sigmoid(b), a and
+// b its two halves (torch.nn.functional.glu(x, -1)).
+Tensor glu(const Tensor& x);
 
 // ---- elementwise, one input (ops/unary.cpp) ---------------------------------
 Tensor neg(const Tensor& x);
@@ -37,6 +40,11 @@ Tensor pow(const Tensor& x, double p);
 Tensor add(const Tensor& x, double s);
 Tensor mul(const Tensor& x, double s);
 Tensor minimum(const Tensor& x, double s);  // elementwise min(x, s)
+// Activations, as torch.nn.functional defines them (gelu: the exact, erf form).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor selu(const Tensor& x);
+Tensor gelu(const Tensor& x);
 inline Tensor sub(const Tensor& x, double s) { return add(x, -s); }
 inline Tensor div(const Tensor& x, double s) { return mul(x, 1.0 / s); }
 
@@ -95,6 +103,10 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t dila
 // w = g * v / ||v||, the norm per row of v (over every dim but the first), g
 // [rows, 1, ...]: PyTorch's weight_norm with dim 0, one fused op. (ops/weight_norm.cpp)
 Tensor weight_norm(const Tensor& v, const Tensor& g);
+// Layer norm over the last dim (over channels of a [B, L, C] activation), as
+// torch.nn.functional.layer_norm(x, [C], gamma, beta, eps); gamma and beta [C]
+// may be undefined (no affine part). (ops/layer_norm.cpp)
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
 // Mean over positions of -log softmax(logits)[target]; logits [..., V], targets int64 [...]. (ops/cross_entropy.cpp)
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // Inverted dropout with a Philox mask (stored on the CPU, regenerated in backward on a GPU); p = 0 returns x. (ops/dropout.cpp)

@@ -1,5 +1,7 @@
 // Elementwise ops of one tensor (and a scalar). The math of each lives in
 // ops/functors.h; this file is the one generic forward + backward around it.
+#include <type_traits>
+
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/cpu_map.h"
 #include "tcn/ops/dispatch.h"
@@ -17,6 +19,8 @@ TCN_UNARY_OPS(TCN_CUDA_OP_OF)
 #undef TCN_CUDA_OP_OF
 template <class Op>
 double cuda_param(const Op& op) {
+  static_assert(std::is_empty_v<Op> || requires { op.p; } || requires { op.s; },
+                "a unary functor's scalar must be named p or s: the CUDA kernels are given it by that name");
   if constexpr (requires { op.p; }) return op.p;
   else if constexpr (requires { op.s; }) return op.s;
   else return 0.0;
@@ -77,5 +81,9 @@ Tensor pow(const Tensor& x, double p) { return unary(x, fn::Pow{p}); }
 Tensor add(const Tensor& x, double s) { return unary(x, fn::AddScalar{s}); }
 Tensor mul(const Tensor& x, double s) { return unary(x, fn::MulScalar{s}); }
 Tensor minimum(const Tensor& x, double s) { return unary(x, fn::Minimum{s}); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) { return unary(x, fn::LeakyRelu{negative_slope}); }
+Tensor elu(const Tensor& x, double alpha) { return unary(x, fn::Elu{alpha}); }
+Tensor selu(const Tensor& x) { return unary(x, fn::Selu{}); }
+Tensor gelu(const Tensor& x) { return unary(x, fn::Gelu{}); }
 
 }  // namespace tcn

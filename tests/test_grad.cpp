@@ -91,4 +91,23 @@ TEST_CASE("weight_norm equals its composition from ops (its oracle), values and 
   CHECK_CLOSE(fused_grads[1], g.grad(), 1e-14, 1e-12);
 }
 
+TEST_CASE("layer_norm equals its composition from ops (its oracle), values and gradients") {
+  Tensor x = leaf(rand_tensor({3, 4, 6}, 80, true)), gamma = leaf(rand_tensor({6}, 81)), beta = leaf(rand_tensor({6}, 82));
+  Tensor w = rand_tensor({3, 4, 6}, 83);
+  auto composed = [](const Tensor& x, const Tensor& gamma, const Tensor& beta) {
+    const Tensor centred = sub(x, mean(x, {-1}, true));
+    const Tensor var = mean(mul(centred, centred), {-1}, true);  // biased, as PyTorch's
+    return add(mul(div(centred, sqrt(add(var, 1e-5))), gamma), beta);
+  };
+  Tensor fused = layer_norm(x, gamma, beta);
+  CHECK_CLOSE(fused, composed(x, gamma, beta), 1e-13, 1e-12);
+  sum(mul(fused, w)).backward();
+  TensorList fused_grads = {x.grad(), gamma.grad(), beta.grad()};
+  for (const Tensor& t : {x, gamma, beta}) t.zero_grad();
+  sum(mul(composed(x, gamma, beta), w)).backward();
+  CHECK_CLOSE(fused_grads[0], x.grad(), 1e-12, 1e-10);
+  CHECK_CLOSE(fused_grads[1], gamma.grad(), 1e-12, 1e-10);
+  CHECK_CLOSE(fused_grads[2], beta.grad(), 1e-12, 1e-10);
+}
+
 }  // TEST_SUITE

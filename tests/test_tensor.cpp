@@ -87,6 +87,42 @@ TEST_CASE("elementwise forward values, broadcasting and scalars") {
   CHECK(div(b, from_vector<float>({2}, {1})).to_vector<float>() == std::vector<float>{5, 10, 15});
 }
 
+TEST_CASE("activations and glu equal PyTorch's on both sides of 0") {
+  // Reference: /usr/bin/python3 with torch 1.13, torch.nn.functional on float64
+  // x = [-2, -0.5, 0, 0.3, 1.7] (leaky_relu, elu with alpha, selu, gelu's exact form).
+  const Tensor x = from_vector<double>({-2.0, -0.5, 0.0, 0.3, 1.7}, {5});
+  auto close = [](const Tensor& got, const std::vector<double>& want) {
+    const auto g = got.to_vector<double>();
+    REQUIRE(g.size() == want.size());
+    for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(want[i]).epsilon(1e-14));
+  };
+  close(leaky_relu(x), {-0.02, -0.005, 0.0, 0.3, 1.7});
+  close(leaky_relu(x, 0.2), {-0.4, -0.1, 0.0, 0.3, 1.7});
+  close(elu(x), {-0.8646647167633873, -0.3934693402873666, 0.0, 0.3, 1.7});
+  close(elu(x, 0.5), {-0.43233235838169365, -0.1967346701436833, 0.0, 0.3, 1.7});
+  close(selu(x), {-1.5201664685956948, -0.6917581878028713, 0.0, 0.31521029620664415, 1.7861916785043168});
+  close(gelu(x), {-0.04550026389635842, -0.15426876936299344, 0.0, 0.1853734266566858, 1.6242387133104768});
+  // torch.nn.functional.glu(x, -1) of [[1, -2, 0.5, 3], [-0.7, 0.2, -1.5, 0]]
+  close(glu(from_vector<double>({1.0, -2.0, 0.5, 3.0, -0.7, 0.2, -1.5, 0.0}, {2, 4})),
+        {0.6224593312018546, -1.9051482536448667, -0.12769786666444943, 0.1});
+}
+
+TEST_CASE("layer_norm equals PyTorch's, with and without the affine part") {
+  // Reference: torch.nn.functional.layer_norm(x, [3], gamma, beta, 1e-5) and (x, [3], None, None, 0.5) in
+  // float64, torch 1.13 (/usr/bin/python3).
+  const Tensor x = from_vector<double>({1.0, -2.0, 0.5, 3.0, 3.5, -1.0}, {2, 3});
+  const Tensor gamma = from_vector<double>({0.5, 2.0, -1.0}, {3}), beta = from_vector<double>({0.1, 0.0, -0.3}, {3});
+  const std::vector<double> affine{0.5444991540211251, -2.7939946824185005, -0.8079990331670002,
+                                   0.3896617038938798, 1.6552097365364555,  1.106928276055987};
+  const std::vector<double> plain{0.7826237921249264, -1.2298373876248843, 0.447213595499958,
+                                  0.5466081666101212, 0.7808688094430303,  -1.3274769760531515};
+  const auto a = layer_norm(x, gamma, beta).to_vector<double>(), p = layer_norm(x, Tensor(), Tensor(), 0.5).to_vector<double>();
+  for (size_t i = 0; i < 6; ++i) {
+    CHECK(a[i] == doctest::Approx(affine[i]).epsilon(1e-13));
+    CHECK(p[i] == doctest::Approx(plain[i]).epsilon(1e-13));
+  }
+}
+
 TEST_CASE("in-place multiply by a broadcast tensor") {
   Tensor x = from_vector<float>({1, 2, 3, 4}, {2, 2});
   mul_(x, scalar_tensor(0.5));
