@@ -5,7 +5,7 @@
 namespace tcn::nn {
 
 void save_module(const std::string& path, const Module& module, const Metadata& metadata, const NamedTensors& extra) {
-  NamedTensors all = module.named_parameters();
+  NamedTensors all = module.named_state();
   all.insert(all.end(), extra.begin(), extra.end());
   save_safetensors(path, all, metadata);
 }
@@ -13,7 +13,7 @@ void save_module(const std::string& path, const Module& module, const Metadata& 
 void load_module(const SafetensorsContents& file, Module& module, const std::string& ignore_prefix) {
   std::vector<std::string> problems;
   std::set<std::string> expected;
-  NamedTensors params = module.named_parameters();
+  NamedTensors params = module.named_state();
   for (const auto& [name, p] : params) {
     expected.insert(name);
     if (!file.contains(name)) {
@@ -24,8 +24,9 @@ void load_module(const SafetensorsContents& file, Module& module, const std::str
     if (t.shape() != p.shape())
       problems.push_back("'" + name + "' has shape " + shape_str(t.shape()) + ", the model expects " +
                          shape_str(p.shape()));
-    else if (!is_floating(t.dtype()))
-      problems.push_back("'" + name + "' has dtype " + dtype_name(t.dtype()) + ", expected a float type");
+    else if (is_floating(p.dtype()) ? !is_floating(t.dtype()) : t.dtype() != p.dtype())
+      problems.push_back("'" + name + "' has dtype " + dtype_name(t.dtype()) + ", expected " +
+                         (is_floating(p.dtype()) ? std::string("a float type") : dtype_name(p.dtype())));
   }
   for (const auto& [name, t] : file.tensors)
     if (!expected.count(name) && (ignore_prefix.empty() || name.rfind(ignore_prefix, 0) != 0))

@@ -8,14 +8,14 @@
 
 namespace tcn::nn {
 
-// Writes the module's parameters (plus `extra` tensors, e.g. optimizer state,
-// under their own names) atomically.
+// Writes the module's parameters and buffers (plus `extra` tensors, e.g.
+// optimizer state, under their own names) atomically.
 void save_module(const std::string& path, const Module& module, const Metadata& metadata,
                  const NamedTensors& extra = {});
 
-// Copies the file's tensors into the module's parameters (in place, so tied
-// weights stay tied). Every parameter must be present with the same shape and
-// a float dtype, and no unexpected name may appear except under
+// Copies the file's tensors into the module's parameters and buffers (in place,
+// so tied weights stay tied). Every one must be present with the same shape and
+// a float dtype (an integer buffer: its own dtype), and no unexpected name may appear except under
 // `ignore_prefix` (e.g. "optim."); all problems are reported in one error and
 // nothing is modified unless all checks pass.
 void load_module(const SafetensorsContents& file, Module& module, const std::string& ignore_prefix = "");

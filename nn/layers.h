@@ -94,6 +94,39 @@ class Dropout : public Module {
   Generator* gen_;
 };
 
+// Layer norm over the channels (the last dim), as torch.nn.LayerNorm(C): the
+// fused layer_norm op with parameters weight [C] (ones) and bias [C] (zeros).
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t channels, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  double eps;
+};
+
+// Batch norm per channel, as torch.nn.BatchNorm1d(C), over every dim but the
+// last (channels-last: [B, T, C] or [B, C]). Training: the batch's mean and
+// biased variance normalise, and the running statistics move by `momentum`
+// (the unbiased variance, as PyTorch); eval: the running statistics normalise.
+// Parameters weight, bias [C]; buffers running_mean, running_var [C] and
+// num_batches_tracked (int64), saved in checkpoints under PyTorch's names.
+// Composed from ops (mean, sub, mul, sqrt, div): its backward is autograd's.
+class BatchNorm1d : public Module {
+ public:
+  struct Options {
+    double eps = 1e-5;
+    double momentum = 0.1;
+    bool affine = true;
+    bool track_running_stats = true;
+  };
+  explicit BatchNorm1d(int64_t channels) : BatchNorm1d(channels, Options{}) {}
+  BatchNorm1d(int64_t channels, Options opts);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  int64_t channels;
+  Options opts;
+};
+
 // Multi-layer LSTM, batch-first, PyTorch's gate order (i, f, g, o) and names
 // weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H], bias_ih_l{k}, bias_hh_l{k}.
 // The input projection of all time steps is one GEMM per layer; the recurrence

@@ -12,20 +12,30 @@ Tensor Module::register_parameter(const std::string& name, Tensor t) {
   return t;
 }
 
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  TCN_CHECK(t.defined(), "register_buffer: '", name, "' is undefined");
+  for (const auto& [n, b] : buffers_) TCN_CHECK(n != name, "register_buffer: '", name, "' registered twice");
+  for (const auto& [n, p] : params_) TCN_CHECK(n != name, "register_buffer: '", name, "' is already a parameter");
+  TCN_CHECK(!t.requires_grad(), "register_buffer: '", name, "' requires grad: make it a parameter");
+  buffers_.emplace_back(name, t);
+  return t;
+}
+
 void Module::register_shared_parameter(const std::string& name, const Tensor& t) {
   TCN_CHECK(t.defined() && t.requires_grad() && t.is_leaf(), "register_shared_parameter: '", name,
             "' must be an existing parameter");
   params_.emplace_back(name, t);
 }
 
-void Module::collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen) const {
-  for (const auto& [name, t] : params_) {
+void Module::collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
+                     bool buffers) const {
+  for (const auto& [name, t] : buffers ? buffers_ : params_) {
     const TensorImpl* id = t.impl_ptr().get();
     if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
     seen.push_back(id);
     out.emplace_back(prefix + name, t);
   }
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, seen);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, seen, buffers);
 }
 
 std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
@@ -38,7 +48,20 @@ std::vector<std::pair<std::string, const Module*>> Module::named_modules() const
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;
-  collect("", out, seen);
+  collect("", out, seen, false);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect("", out, seen, true);
+  return out;
+}
+
+NamedTensors Module::named_state() const {
+  NamedTensors out = named_parameters(), buffers = named_buffers();
+  out.insert(out.end(), buffers.begin(), buffers.end());
   return out;
 }
 
@@ -64,9 +87,10 @@ void Module::zero_grad() const {
   for (auto& [name, t] : named_parameters()) t.zero_grad();
 }
 
-void Module::repoint(const std::function<Tensor(const Tensor&)>& convert) {
+void Module::repoint(const std::function<Tensor(const Tensor&)>& convert, bool buffers_of_any_dtype) {
   autograd::NoGrad ng;
-  for (auto& [name, t] : named_parameters()) {
+  for (auto& [name, t] : named_state()) {
+    if (!t.requires_grad() && !buffers_of_any_dtype && !is_floating(t.dtype())) continue;  // a counter keeps its int64
     Tensor moved = convert(t.detach());
     if (moved.shares_storage(t)) continue;
     // Repoint the shared TensorImpl, so every holder of this parameter sees the new storage.
@@ -80,12 +104,12 @@ void Module::repoint(const std::function<Tensor(const Tensor&)>& convert) {
 }
 
 void Module::to(Device device) {
-  repoint([device](const Tensor& t) { return t.to(device); });
+  repoint([device](const Tensor& t) { return t.to(device); }, true);
 }
 
 void Module::to(DType dtype) {
   TCN_CHECK(is_floating(dtype), "Module::to: parameters must stay floating point, got ", dtype);
-  repoint([dtype](const Tensor& t) { return t.to(dtype); });
+  repoint([dtype](const Tensor& t) { return t.to(dtype); }, false);
 }
 
 }  // namespace tcn::nn

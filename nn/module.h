@@ -11,6 +11,10 @@
 //     }
 //   };
 //
+// A buffer is state that is not trained but belongs to the model, saved and
+// moved with it (a batch norm's running statistics): register_buffer, listed
+// by named_buffers() and, after the parameters, by named_state().
+//
 // A parameter is a leaf tensor that requires grad. Tensors are handles, so a
 // parameter shared by two modules (a tied weight) is the same tensor in both;
 // named_parameters() lists it once, under the first name met.
@@ -43,13 +47,18 @@ class Module {
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
+  // Every buffer, depth first, with dotted names; and what a checkpoint holds:
+  // the parameters, then the buffers (PyTorch's state_dict names).
+  NamedTensors named_buffers() const;
+  NamedTensors named_state() const;
 
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
   void zero_grad() const;
-  // Moves every parameter to `device` or converts it to `dtype`, in place: the
-  // same handles (tied ones included) now refer to the new storage. Grads are dropped.
+  // Moves every parameter and buffer to `device`, or converts every parameter and
+  // floating-point buffer to `dtype`, in place: the same handles (tied ones
+  // included) now refer to the new storage. Grads are dropped.
   void to(Device device);
   void to(DType dtype);
 
@@ -59,6 +68,7 @@ class Module {
   //   Tensor forward(const Tensor& x) const { const auto scope = profile_scope(); ... }
   profile::ModuleScope profile_scope() const { return profile::ModuleScope(this, typeid(*this)); }
   Tensor register_parameter(const std::string& name, Tensor t);
+  Tensor register_buffer(const std::string& name, Tensor t);
   // Registers a parameter owned by another module (weight tying); not re-initialised, listed once.
   void register_shared_parameter(const std::string& name, const Tensor& t);
   template <class M>
@@ -69,9 +79,10 @@ class Module {
   virtual void on_train(bool /*on*/) {}
 
  private:
-  void repoint(const std::function<Tensor(const Tensor&)>& convert);
-  void collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen) const;
-  std::vector<std::pair<std::string, Tensor>> params_;
+  void repoint(const std::function<Tensor(const Tensor&)>& convert, bool buffers_of_any_dtype);
+  void collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
+               bool buffers) const;
+  std::vector<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };
