@@ -217,7 +217,7 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
 
   using namespace conv1d_paths;
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
-  const ConvSettings s = conv_settings(x_in);  // precision, --conv_impl, capture: read here only
+  const ConvSettings s = conv_settings(x_in);  // precision, --conv_impl, capture (the cuDNN plans' own keys aside)
   const Tensor x = x_in.detach(), wd = w.detach(), b = bias.defined() ? bias.detach().contiguous() : Tensor();
   ConvOut out = conv1d_impl(geo, x, wd, b, s) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, s.bf16)
                                                                   : conv1d_gemm(geo, x, wd, b, s.bf16);

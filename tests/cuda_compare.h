@@ -52,14 +52,16 @@ inline Tensor copy_with_layout(const Tensor& t, Device device) {
 // gradients of sum(f(...) * w). Each side runs forward and backward before the
 // other starts: backward() frees the whole tape, so a graph built before it
 // (the other side's) could no longer be differentiated.
+// `constant[i]` true: input i is a constant on both sides (no gradient asked for).
 inline void compare(const std::function<Tensor(const TensorList&)>& f, const TensorList& cpu_inputs, double rtol,
-                    double atol = 1e-7) {
+                    double atol = 1e-7, const std::vector<bool>& constant = {}) {
   TensorList cpu, gpu;
-  for (const Tensor& t : cpu_inputs) {
+  for (size_t i = 0; i < cpu_inputs.size(); ++i) {
+    const Tensor& t = cpu_inputs[i];
     Tensor c = copy_with_layout(t, Device::cpu());
     Tensor g = copy_with_layout(t, Device::cuda(0));
     REQUIRE(g.strides() == c.strides());
-    if (is_floating(t.dtype())) {
+    if (is_floating(t.dtype()) && !(i < constant.size() && constant[i])) {
       c.requires_grad_();
       g.requires_grad_();
     }

@@ -24,7 +24,7 @@ struct Input {
   uint64_t seed = 0;
   double lo = -1, hi = 1;
   bool strided = false;               // a transposed view, not row-major (rand_tensor's noncontig)
-  bool grad = true;                   // false: a constant, whose gradient no mode checks
+  bool grad = true;                   // false: a constant, whose gradient no mode asks for
   std::vector<int64_t> ids;           // non-empty: int64 indices of `shape` (no dtype, no gradient)
   std::function<Tensor(DType)> make;  // set: builds the input itself (values kept off a kink)
 };

@@ -768,6 +768,41 @@ TEST_CASE("emulated interleaved streams: a missing cudaStreamWaitEvent gives a w
   tcn::emu::set_streams(saved, tcn::emu::seed());
 }
 
+TEST_CASE("emulated interleaved streams: a wait follows an event's latest record, not an earlier one that has run") {
+  // The earlier record runs (stream b's sync drains the queue up to it) while the latest is still queued: a wait
+  // issued then must still wait for the latest, so the copy always sees the producer's add.
+  const tcn::emu::Streams saved = tcn::emu::streams();
+  cudaStream_t a, b, c;
+  for (cudaStream_t* s : {&a, &b, &c}) CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreate(&e));
+  int* d = device_alloc<int>(32);
+  int* out = device_alloc<int>(32);
+  std::vector<int> seen;
+  for (uint64_t seed = 1; seed <= 16; ++seed) {
+    tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
+    CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
+    CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaEventRecord(e, a));                         // the earlier record
+    CUDA_CHECK(cudaMemsetAsync(out, 0, 32 * sizeof(int), b));  // b's work, issued after it
+    TCN_LAUNCH(1, 32, 0, a, add_kernel)(d, 5);
+    CUDA_CHECK(cudaEventRecord(e, a));                         // the latest record, after the producer
+    CUDA_CHECK(cudaStreamSynchronize(b));                      // runs the earlier record, not the latest
+    CUDA_CHECK(cudaStreamWaitEvent(c, e, 0));
+    CUDA_CHECK(cudaMemcpyAsync(out, d, 32 * sizeof(int), cudaMemcpyDeviceToDevice, c));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    seen.push_back(download(out, 32)[0]);
+  }
+  INFO("out[0] per seed: ", join_ints(seen));
+  CHECK(std::count(seen.begin(), seen.end(), 5) == 16);
+  tcn::emu::set_streams(saved, tcn::emu::seed());
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFree(out));
+  CUDA_CHECK(cudaEventDestroy(e));
+  for (cudaStream_t s : {a, b, c}) CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 TEST_CASE("emulated interleaved streams: a captured fork runs its branches in any order; a captured wait orders them") {
   const tcn::emu::Streams saved = tcn::emu::streams();
   cudaStream_t origin, side;

@@ -1016,12 +1016,20 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return cudaSuccess;
   }
   event->capture_id = 0;
+  // The record's queue position is set before it is queued (a full queue may run it at once).
+  const uint64_t prev_seq = event->seq, seq = s.next_seq + 1;
+  const bool prev_done = event->done;
+  event->seq = seq;
   event->done = false;
-  cudaError_t e = enqueue(stream, "cudaEventRecord", [event] {
+  cudaError_t e = enqueue(stream, "cudaEventRecord", [event, seq] {
+    if (event->seq != seq) return;  // recorded again since: the event completes with its latest record
     event->done = true;
     event->time = std::chrono::steady_clock::now();
   });
-  if (e == cudaSuccess) event->seq = s.next_seq;
+  if (e != cudaSuccess) {
+    event->seq = prev_seq;
+    event->done = prev_done;
+  }
   return e;
 }
 
