@@ -87,10 +87,9 @@ void Module::zero_grad() const {
   for (auto& [name, t] : named_parameters()) t.zero_grad();
 }
 
-void Module::repoint(const std::function<Tensor(const Tensor&)>& convert, bool buffers_of_any_dtype) {
+void Module::repoint(const std::function<Tensor(const Tensor&)>& convert) {
   autograd::NoGrad ng;
   for (auto& [name, t] : named_state()) {
-    if (!t.requires_grad() && !buffers_of_any_dtype && !is_floating(t.dtype())) continue;  // a counter keeps its int64
     Tensor moved = convert(t.detach());
     if (moved.shares_storage(t)) continue;
     // Repoint the shared TensorImpl, so every holder of this parameter sees the new storage.
@@ -104,12 +103,13 @@ void Module::repoint(const std::function<Tensor(const Tensor&)>& convert, bool b
 }
 
 void Module::to(Device device) {
-  repoint([device](const Tensor& t) { return t.to(device); }, true);
+  repoint([device](const Tensor& t) { return t.to(device); });
 }
 
 void Module::to(DType dtype) {
   TCN_CHECK(is_floating(dtype), "Module::to: parameters must stay floating point, got ", dtype);
-  repoint([dtype](const Tensor& t) { return t.to(dtype); }, false);
+  // An integer buffer (a counter) keeps its dtype: returned as is, it is left alone.
+  repoint([dtype](const Tensor& t) { return is_floating(t.dtype()) ? t.to(dtype) : t; });
 }
 
 }  // namespace tcn::nn

@@ -79,7 +79,7 @@ class Module {
   virtual void on_train(bool /*on*/) {}
 
  private:
-  void repoint(const std::function<Tensor(const Tensor&)>& convert, bool buffers_of_any_dtype);
+  void repoint(const std::function<Tensor(const Tensor&)>& convert);
   void collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
                bool buffers) const;
   std::vector<std::pair<std::string, Tensor>> params_, buffers_;
