@@ -721,9 +721,25 @@ std::string join_ints(const std::vector<int>& v) {
   return r;
 }
 
-// A producer on stream `a` adds 5 to d (zeros); a consumer on stream `b` copies d
-// to out, after waiting for the producer's event or not. Returns out[0] over 16
-// interleaved schedules (seeds 1..16): 5 where the copy saw the producer's work.
+// out[0] after `issue` (work that adds 5 to d and copies d to out) in 16
+// interleaved schedules, seeds 1..16, d and out zeroed before each: 5 where the
+// copy saw the add.
+std::vector<int> over_16_schedules(int* d, int* out, const std::function<void()>& issue) {
+  std::vector<int> seen;
+  for (uint64_t seed = 1; seed <= 16; ++seed) {
+    tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
+    CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
+    CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    issue();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    seen.push_back(download(out, 32)[0]);
+  }
+  return seen;
+}
+
+// A producer on stream `a` adds 5 to d; a consumer on stream `b` copies d to
+// out, after waiting for the producer's event or not (over_16_schedules).
 std::vector<int> interleaved_results(unsigned flags_a, bool wait, bool legacy_consumer) {
   cudaStream_t a, b;
   CUDA_CHECK(cudaStreamCreateWithFlags(&a, flags_a));
@@ -733,19 +749,12 @@ std::vector<int> interleaved_results(unsigned flags_a, bool wait, bool legacy_co
   CUDA_CHECK(cudaEventCreate(&produced));
   int* d = device_alloc<int>(32);
   int* out = device_alloc<int>(32);
-  std::vector<int> seen;
-  for (uint64_t seed = 1; seed <= 16; ++seed) {
-    tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
-    CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
-    CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
-    CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int> seen = over_16_schedules(d, out, [&] {
     TCN_LAUNCH(1, 32, 0, a, add_kernel)(d, 5);
     CUDA_CHECK(cudaEventRecord(produced, a));
     if (wait) CUDA_CHECK(cudaStreamWaitEvent(consumer, produced, 0));
     CUDA_CHECK(cudaMemcpyAsync(out, d, 32 * sizeof(int), cudaMemcpyDeviceToDevice, consumer));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    seen.push_back(download(out, 32)[0]);
-  }
+  });
   CUDA_CHECK(cudaFree(d));
   CUDA_CHECK(cudaFree(out));
   CUDA_CHECK(cudaEventDestroy(produced));
@@ -780,12 +789,7 @@ TEST_CASE("emulated interleaved streams: a wait follows an event's latest record
   CUDA_CHECK(cudaEventCreate(&e));
   int* d = device_alloc<int>(32);
   int* out = device_alloc<int>(32);
-  std::vector<int> seen;
-  for (uint64_t seed = 1; seed <= 16; ++seed) {
-    tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
-    CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
-    CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
-    CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int> seen = over_16_schedules(d, out, [&] {
     CUDA_CHECK(cudaEventRecord(e, a));                         // the earlier record
     CUDA_CHECK(cudaMemsetAsync(out, 0, 32 * sizeof(int), b));  // b's work, issued after it
     TCN_LAUNCH(1, 32, 0, a, add_kernel)(d, 5);
@@ -793,9 +797,7 @@ TEST_CASE("emulated interleaved streams: a wait follows an event's latest record
     CUDA_CHECK(cudaStreamSynchronize(b));                      // runs the earlier record, not the latest
     CUDA_CHECK(cudaStreamWaitEvent(c, e, 0));
     CUDA_CHECK(cudaMemcpyAsync(out, d, 32 * sizeof(int), cudaMemcpyDeviceToDevice, c));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    seen.push_back(download(out, 32)[0]);
-  }
+  });
   INFO("out[0] per seed: ", join_ints(seen));
   CHECK(std::count(seen.begin(), seen.end(), 5) == 16);
   tcn::emu::set_streams(saved, tcn::emu::seed());
@@ -830,15 +832,7 @@ TEST_CASE("emulated interleaved streams: a captured fork runs its branches in an
     CUDA_CHECK(cudaStreamEndCapture(origin, &graph));
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::vector<int> seen;
-    for (uint64_t seed = 1; seed <= 16; ++seed) {
-      tcn::emu::set_streams(tcn::emu::Streams::Interleave, seed);
-      CUDA_CHECK(cudaMemset(d, 0, 32 * sizeof(int)));
-      CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(int)));
-      CUDA_CHECK(cudaGraphLaunch(exec, origin));
-      CUDA_CHECK(cudaStreamSynchronize(origin));
-      seen.push_back(download(out, 32)[0]);
-    }
+    const std::vector<int> seen = over_16_schedules(d, out, [&] { CUDA_CHECK(cudaGraphLaunch(exec, origin)); });
     INFO("out[0] per seed: ", join_ints(seen));
     const auto fives = std::count(seen.begin(), seen.end(), 5);
     if (wait) CHECK(fives == 16);
