@@ -145,10 +145,15 @@ class LSTM : public Module {
 };
 
 // Children named "0", "1", ... (PyTorch's nn.Sequential / ModuleList names).
+// A null entry keeps its index and registers nothing (PyTorch's ModuleList
+// holding None, as pytorch-tcn's skip projections do where widths agree).
 template <class M>
 class ModuleList : public Module {
  public:
-  void push_back(std::shared_ptr<M> m) { items_.push_back(register_module(std::to_string(items_.size()), m)); }
+  void push_back(std::shared_ptr<M> m) {
+    if (m) register_module(std::to_string(items_.size()), m);
+    items_.push_back(std::move(m));
+  }
   const std::vector<std::shared_ptr<M>>& items() const { return items_; }
 
  private:

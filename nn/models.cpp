@@ -5,63 +5,6 @@
 
 namespace tcn::nn {
 
-// ---- TemporalBlock / TemporalConvNet ---------------------------------------------
-TemporalBlock::TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t dilation, double p, Generator& init,
-                             Generator& drop) {
-  Conv1d::Options wn{.dilation = dilation, .causal = true, .bias = true, .weight_norm = true};
-  conv1 = register_module("conv1", std::make_shared<Conv1d>(in, out, kernel, init, wn));
-  conv2 = register_module("conv2", std::make_shared<Conv1d>(out, out, kernel, init, wn));
-  dropout1 = register_module("dropout1", std::make_shared<Dropout>(p, drop));
-  dropout2 = register_module("dropout2", std::make_shared<Dropout>(p, drop));
-  if (in != out) {
-    downsample = register_module("downsample", std::make_shared<Conv1d>(in, out, 1, init));
-    autograd::NoGrad ng;
-    normal_(downsample->weight, 0.0, 0.01, init);
-  }
-}
-
-Tensor TemporalBlock::forward(const Tensor& x, int64_t x_start, int64_t out_start) const {
-  const auto scope = profile_scope();
-  const int64_t T = x_start + x.size(1), s = span();
-  TCN_CHECK(x_start == 0 ? out_start >= 0 : out_start >= x_start + 2 * s, "TemporalBlock: outputs from ", out_start,
-            " need inputs from ", std::max<int64_t>(0, out_start - 2 * s), ", x starts at ", x_start);
-  // conv1 over x: its first s outputs lack history when x is a suffix; keep from mid.
-  const int64_t mid = x_start == 0 ? std::max<int64_t>(0, out_start - s) : out_start - s;
-  Tensor h = dropout1->forward_relu(conv1->forward(x).narrow(1, mid - x_start, T - mid));  // dropout(relu(.)), fused
-  Tensor y2 = conv2->forward(h).narrow(1, out_start - mid, T - out_start);
-  Tensor xs = x.narrow(1, out_start - x_start, T - out_start);
-  Tensor res = downsample ? downsample->forward(xs) : xs;
-  return dropout2->forward_relu_add_relu(y2, res);  // relu(dropout(relu(y2)) + res), fused
-}
-
-TemporalConvNet::TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double p,
-                                 Generator& init, Generator& drop) {
-  network = register_module("network", std::make_shared<ModuleList<TemporalBlock>>());
-  for (size_t i = 0; i < channels.size(); ++i) {
-    int64_t in = i == 0 ? inputs : channels[i - 1];
-    network->push_back(std::make_shared<TemporalBlock>(in, channels[i], kernel, int64_t{1} << i, p, init, drop));
-  }
-}
-
-Tensor TemporalConvNet::forward(const Tensor& x, int64_t keep_last) const {
-  const auto scope = profile_scope();
-  const auto& blocks = network->items();
-  const int64_t T = x.size(1);
-  // Where each level's output must start, from the top down.
-  std::vector<int64_t> start(blocks.size() + 1);
-  start[blocks.size()] = keep_last > 0 && keep_last < T ? T - keep_last : 0;
-  for (size_t i = blocks.size(); i-- > 0;) start[i] = std::max<int64_t>(0, start[i + 1] - 2 * blocks[i]->span());
-  Tensor h = start[0] > 0 ? x.narrow(1, start[0], T - start[0]) : x;
-  for (size_t i = 0; i < blocks.size(); ++i) h = blocks[i]->forward(h, start[i], start[i + 1]);
-  return h;
-}
-
-int64_t TemporalConvNet::receptive_field() const {
-  int64_t r = 1;
-  for (const auto& b : network->items()) r += 2 * b->span();
-  return r;
-}
-
 // ---- configs -------------------------------------------------------------------------
 // Each config lists its fields once; the JSON conversions in both directions walk that list.
 namespace {
@@ -290,17 +233,23 @@ LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_pr
 }
 
 TaskTCN::TaskTCN(int64_t inputs, int64_t outputs, int64_t levels, int64_t nhid, int64_t ksize, double dropout,
-                 Generator& init, Generator& drop) {
-  const std::vector<int64_t> channels(static_cast<size_t>(levels), nhid);
-  tcn = register_module("tcn", std::make_shared<TemporalConvNet>(inputs, channels, ksize, dropout, init, drop));
-  linear = register_module("linear", std::make_shared<Linear>(nhid, outputs, init));
+                 Generator& init, Generator& drop)
+    : TaskTCN(TemporalConvNet::options(inputs, std::vector<int64_t>(static_cast<size_t>(levels), nhid), ksize,
+                                       dropout),
+              outputs, init, drop) {}
+
+TaskTCN::TaskTCN(const TCNOptions& o, int64_t outputs, Generator& init, Generator& drop) {
+  TCN_CHECK(o.input_shape == "NLC", "TaskTCN: the TCN's input_shape must be NLC ([batch, time, channels]), got ",
+            o.input_shape);
+  tcn = register_module("tcn", std::make_shared<TCN>(o, init, drop));
+  linear = register_module("linear", std::make_shared<Linear>(tcn->output_channels(), outputs, init));
   autograd::NoGrad ng;
   normal_(linear->weight, 0.0, 0.01, init);  // locuslab's init_weights (the bias keeps PyTorch's default)
 }
 
 Tensor TaskTCN::forward(const Tensor& x, int64_t keep_last) const {
   const auto scope = profile_scope();
-  return linear->forward(tcn->forward(x, keep_last));
+  return linear->forward(tcn->forward(x, {}, keep_last));
 }
 
 }  // namespace tcn::nn

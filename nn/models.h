@@ -13,39 +13,9 @@
 
 #include "tcn/nn/checkpoint.h"
 #include "tcn/nn/layers.h"
+#include "tcn/nn/tcn.h"
 
 namespace tcn::nn {
-
-// One residual block: two weight-normed causal convs with ReLU and dropout,
-// plus a 1x1 conv on the residual path when the channel count changes;
-// output relu(net(x) + res).
-class TemporalBlock : public Module {
- public:
-  TemporalBlock(int64_t in, int64_t out, int64_t kernel, int64_t dilation, double dropout, Generator& init,
-                Generator& drop);
-  Tensor forward(const Tensor& x) const { return forward(x, 0, 0); }
-  // x holds positions [x_start, T) of a sequence (x_start > 0: a suffix, whose
-  // first positions lack their history); returns the outputs for positions
-  // [out_start, T), which must have their full receptive field inside x:
-  // out_start == 0 when x_start == 0, else out_start >= x_start + 2 * span().
-  Tensor forward(const Tensor& x, int64_t x_start, int64_t out_start) const;
-  int64_t span() const { return (conv1->kernel_size - 1) * conv1->opts.dilation; }  // history one conv reads
-  std::shared_ptr<Conv1d> conv1, conv2, downsample;  // downsample is null when in == out
-  std::shared_ptr<Dropout> dropout1, dropout2;
-};
-
-// Blocks with dilation 2^i; children "network.0", "network.1", ...
-class TemporalConvNet : public Module {
- public:
-  TemporalConvNet(int64_t inputs, const std::vector<int64_t>& channels, int64_t kernel, double dropout,
-                  Generator& init, Generator& drop);
-  // x [B, T, C] -> the outputs of the last `keep_last` positions (all when
-  // keep_last <= 0 or >= T). Only what those outputs depend on is computed:
-  // each level reads 2 * span fewer positions than the one below it needs.
-  Tensor forward(const Tensor& x, int64_t keep_last = 0) const;
-  int64_t receptive_field() const;  // 1 + sum of 2 * span over the blocks
-  std::shared_ptr<ModuleList<TemporalBlock>> network;
-};
 
 // The bounds every model config is checked against (from flags, JSON or a
 // checkpoint) before anything is allocated; charlm's flags use the same ones.
@@ -124,17 +94,20 @@ class LSTMCharLM : public CharLM {
   std::shared_ptr<Linear> decoder;
 };
 
-// The model of the synthetic tasks (examples/tasks): a TemporalConvNet with
-// `levels` blocks of `nhid` channels and a linear layer (weights N(0, 0.01))
-// from the last block's channels to `outputs`. Parameter names are PyTorch's
-// ("tcn.network.0.conv1.weight_v", "linear.weight").
+// The model of the synthetic tasks and the forecaster (examples/tasks): a TCN
+// and a linear layer (weights N(0, 0.01)) from its output width to `outputs`
+// per step. Parameter names are PyTorch's ("tcn.network.0.conv1.weight_v",
+// "linear.weight").
 class TaskTCN : public Module {
  public:
+  // locuslab's TCN class: a TemporalConvNet of `levels` blocks of `nhid` channels.
   TaskTCN(int64_t inputs, int64_t outputs, int64_t levels, int64_t nhid, int64_t ksize, double dropout,
           Generator& init, Generator& drop);
+  // Any configuration; its input_shape must be NLC (the tasks' data is [B, T, C]).
+  TaskTCN(const TCNOptions& options, int64_t outputs, Generator& init, Generator& drop);
   // x [B, T, inputs] -> [B, keep_last, outputs] (keep_last <= 0: all T steps).
   Tensor forward(const Tensor& x, int64_t keep_last = 0) const;
-  std::shared_ptr<TemporalConvNet> tcn;
+  std::shared_ptr<TCN> tcn;
   std::shared_ptr<Linear> linear;
 };
 
