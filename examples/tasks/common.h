@@ -43,6 +43,7 @@ struct CommonOptions {
   std::string metrics;                    // default runs/<program>.csv
   std::string save_init;                  // the initial weights (PyTorch names), for tools/reference/check_tasks.py
   std::string dump_batches;               // the training samples of the steps this run takes, likewise
+  std::string tcn;                        // --tcn: pytorch-tcn keyword arguments (JSON) over the flags
 };
 
 // Adds the shared flags to `app`, their help showing o's current values as defaults.
@@ -87,7 +88,19 @@ struct TaskSetup {
   std::function<void(const TaskTCN&, const Dataset&, EvalSums&)> evaluate;
   const char* accuracy_name = "";  // how the log names the accuracy, when there is one
   int64_t inputs = 1, outputs = 1;  // the model's input channels and outputs per step
+  // The task's TCN options over locuslab's (pytorch-tcn keyword arguments);
+  // --tcn goes over these.
+  nlohmann::json tcn_defaults = nlohmann::json::object();
+  // Optional: more words for the end-of-epoch line, from the test loss.
+  std::function<std::string(double test_loss)> describe_test;
+  // Optional: called with the trained model after the last epoch.
+  std::function<void(TaskTCN&)> finish;
 };
+
+// The TCN a task trains: locuslab's configuration from --levels, --nhid,
+// --ksize and --dropout, then the task's tcn_defaults, then --tcn. An error
+// names --tcn when its JSON or an option in it is bad.
+tcn::nn::TCNOptions tcn_options(const TaskSetup& task);
 
 // Builds the model (seeded from --seed), trains it as the reference does
 // (batches in order, the last one possibly shorter, a clip if --clip > 0),

@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
     tasks::check("--seq_len", seq_len, 1, kMaxLen);
     tasks::check("--iters", iters, 1, 1000000000000);
     tasks::check_common_flags(o);
+    task.inputs = 1, task.outputs = kClasses;
+    (void)tasks::tcn_options(task);  // a bad --tcn fails before the data is made
     Generator data = tasks::data_generator(o.seed);
     std::printf("copymem: producing %lld training and %lld test sequences (%lld digits, blank %lld, %lld steps)...\n",
                 static_cast<long long>(o.train_size), static_cast<long long>(o.test_size),
@@ -79,7 +81,6 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     task.train = make_data(o.train_size, blank_len, seq_len, data);
     task.test = make_data(o.test_size, blank_len, seq_len, data);
-    task.inputs = 1, task.outputs = kClasses;
     task.loss = ce_all;
     task.accuracy_name = "accuracy";
     task.evaluate = [](const tasks::TaskTCN& model, const tasks::Dataset& b, tasks::EvalSums& s) {

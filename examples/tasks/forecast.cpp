@@ -1,0 +1,286 @@
+// forecast: a real time series with a general TCN (not locuslab's
+// configuration): the weekly CO2 concentration at Mauna Loa, 1958-2001 (the
+// public-domain data set Debian's python3-statsmodels ships; scripts/get_data.sh
+// co2 puts it in data/co2/co2.csv), or any CSV of the same form: a header, then
+// "label,value" rows, empty or nan for a missing value.
+//
+// From each origin t the model reads the last --window weekly changes
+// s[t-W+1] - s[t-W], ..., s[t] - s[t-1] and predicts the next --horizon values
+// as changes from s[t]. The last --test_fraction of the series is the test set
+// (its targets never reach into training). Three baselines, scored on the same
+// test origins: persistence (s[t+k] = s[t]), seasonal persistence (last year's
+// change from the same week: s[t] + s[t+k-P] - s[t-P]) and a linear AR model
+// over the same window, fitted by least squares. Scores are RMSE in the
+// series' units (ppm), over all horizons.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "cli.h"  // examples/charlm: check_output_path
+#include "common.h"
+#include "tcn/ops/ops.h"
+
+namespace {
+
+using namespace tcn;
+
+struct Series {
+  std::vector<std::string> labels;
+  std::vector<double> values;  // missing ones interpolated
+  int64_t missing = 0;
+};
+
+// "label,value" rows after a header; a missing value is filled linearly from
+// its neighbours (the nearest one at either end).
+Series read_series(const std::string& path) {
+  std::ifstream f(path);
+  TCN_CHECK(f.good(), "--data ", path, ": cannot open (", std::strerror(errno),
+            "); the CO2 series: scripts/get_data.sh co2");
+  Series s;
+  std::string line;
+  std::getline(f, line);  // header
+  std::vector<bool> known;
+  for (int64_t row = 2; std::getline(f, line); ++row) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t comma = line.find(',');
+    TCN_CHECK(comma != std::string::npos, "--data ", path, ": line ", row, " is not 'label,value': ", line);
+    const std::string v = line.substr(comma + 1);
+    s.labels.push_back(line.substr(0, comma));
+    char* end = nullptr;
+    const double x = v.empty() ? NAN : std::strtod(v.c_str(), &end);
+    TCN_CHECK(v.empty() || (end && *end == '\0'), "--data ", path, ": line ", row, ": value '", v, "' is not a number");
+    known.push_back(std::isfinite(x));
+    s.values.push_back(x);
+  }
+  const int64_t n = static_cast<int64_t>(s.values.size());
+  int64_t prev = -1;
+  for (int64_t i = 0; i <= n; ++i) {
+    if (i < n && !known[i]) continue;
+    for (int64_t j = prev + 1; j < i; ++j) {  // a run of missing values between prev and i
+      ++s.missing;
+      s.values[j] = prev < 0 ? s.values[i] : i == n ? s.values[prev]
+                             : s.values[prev] + (s.values[i] - s.values[prev]) * static_cast<double>(j - prev) /
+                                                    static_cast<double>(i - prev);
+    }
+    prev = i;
+  }
+  TCN_CHECK(prev >= 0 && n - s.missing >= 2, "--data ", path, ": fewer than two values");
+  return s;
+}
+
+// Ridge least squares: w [F, H] minimising |X w - Y|^2 + lambda |w|^2, by
+// Cholesky of the normal equations (F is a window, at most a few hundred).
+std::vector<double> least_squares(const std::vector<double>& X, const std::vector<double>& Y, int64_t N, int64_t F,
+                                  int64_t H, double lambda) {
+  std::vector<double> A(F * F, 0.0), B(F * H, 0.0);
+  for (int64_t r = 0; r < N; ++r) {
+    const double* x = &X[r * F];
+    for (int64_t i = 0; i < F; ++i) {
+      for (int64_t j = 0; j <= i; ++j) A[i * F + j] += x[i] * x[j];
+      for (int64_t h = 0; h < H; ++h) B[i * H + h] += x[i] * Y[r * H + h];
+    }
+  }
+  for (int64_t i = 0; i < F; ++i) A[i * F + i] += lambda;
+  for (int64_t j = 0; j < F; ++j) {  // A = L L^T, L in the lower triangle
+    for (int64_t k = 0; k < j; ++k) A[j * F + j] -= A[j * F + k] * A[j * F + k];
+    TCN_CHECK(A[j * F + j] > 0, "forecast: the linear baseline's normal equations are singular");
+    A[j * F + j] = std::sqrt(A[j * F + j]);
+    for (int64_t i = j + 1; i < F; ++i) {
+      for (int64_t k = 0; k < j; ++k) A[i * F + j] -= A[i * F + k] * A[j * F + k];
+      A[i * F + j] /= A[j * F + j];
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {  // forward then back substitution, per output
+    for (int64_t i = 0; i < F; ++i) {
+      for (int64_t k = 0; k < i; ++k) B[i * H + h] -= A[i * F + k] * B[k * H + h];
+      B[i * H + h] /= A[i * F + i];
+    }
+    for (int64_t i = F; i-- > 0;) {
+      for (int64_t k = i + 1; k < F; ++k) B[i * H + h] -= A[k * F + i] * B[k * H + h];
+      B[i * H + h] /= A[i * F + i];
+    }
+  }
+  return B;
+}
+
+// The mean squared error of the last step's H outputs against y [B, H].
+Tensor mse_last(const tasks::TaskTCN& model, const tasks::Dataset& b) {
+  const Tensor out = model.forward(b.x, 1).reshape({b.size(), b.y.size(1)});
+  const Tensor d = sub(out, b.y);
+  return mean(mul(d, d));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tasks::TaskSetup task;
+  task.program = "forecast";
+  tasks::CommonOptions& o = task.opts;
+  o.batch_size = 32, o.dropout = 0.1, o.clip = -1, o.epochs = 30, o.ksize = 3, o.levels = 5, o.nhid = 32;
+  o.log_interval = 200, o.lr = 2e-3, o.optim = "Adam", o.seed = 1111;
+  o.train_size = 100000000, o.test_size = 100000000;  // caps: all windows
+  std::string data = "data/co2/co2.csv", predictions = "runs/forecast_predictions.csv";
+  int64_t window = 104, horizon = 4, season = 52;
+  double test_fraction = 0.2;
+  // A general TCN, not locuslab's: layer norm, GELU, skip connections, xavier init.
+  task.tcn_defaults = {{"use_norm", "layer_norm"},
+                       {"activation", "gelu"},
+                       {"use_skip_connections", true},
+                       {"kernel_initializer", "xavier_uniform"}};
+
+  CLI::App app{"forecast: a TCN forecasting a real time series (weekly Mauna Loa CO2), tcn framework", "forecast"};
+  app.add_option("--data", data, "CSV: a header, then 'label,value' rows")->capture_default_str();
+  app.add_option("--window", window, "past steps the model reads, in [2, 100000]")->capture_default_str();
+  app.add_option("--horizon", horizon, "steps ahead it predicts, in [1, 1000]")->capture_default_str();
+  app.add_option("--season", season, "the seasonal baseline's period in steps, in [1, 100000]")->capture_default_str();
+  app.add_option("--test_fraction", test_fraction, "the series' last part held out, in (0, 1)")->capture_default_str();
+  app.add_option("--predictions", predictions, "write the test set's forecasts here (CSV, for tools/plot/forecast.py)")
+      ->capture_default_str();
+  tasks::add_common_flags(app, o);
+  app.get_option("--train_size")->description("at most this many training windows, the latest (default: all)");
+  app.get_option("--test_size")->description("at most this many test windows, the first (default: all)");
+
+  return tasks::run_main("forecast", app, argc, argv, [&] {
+    tasks::check_common_flags(o);
+    tasks::check("--window", window, 2, 100000);
+    tasks::check("--horizon", horizon, 1, 1000);
+    tasks::check("--season", season, 1, 100000);
+    tasks::check_real("--test_fraction", test_fraction, 0, 1, true, true);
+    if (!predictions.empty()) charlm::check_output_path("--predictions", predictions);
+    task.inputs = 1, task.outputs = horizon;
+    (void)tasks::tcn_options(task);  // a bad --tcn fails before the data is read
+    const Series s = read_series(data);
+    const auto& v = s.values;
+    const int64_t n = static_cast<int64_t>(v.size()), W = window, H = horizon, P = season;
+    // Origins t: the window needs t >= W (and t >= P for the seasonal baseline),
+    // the targets t + H < n. Training targets end before `split`, test origins start at split - 1.
+    const int64_t split = static_cast<int64_t>(std::floor(static_cast<double>(n) * (1 - test_fraction)));
+    const int64_t first = std::max(W, P);
+    std::vector<int64_t> train_t, test_t;
+    for (int64_t t = first; t + H < split; ++t) train_t.push_back(t);
+    for (int64_t t = std::max(first, split - 1); t + H < n; ++t) test_t.push_back(t);
+    TCN_CHECK(!train_t.empty() && !test_t.empty(), "--data ", data, ": ", n, " values are too few for --window ", W,
+              ", --season ", P, ", --horizon ", H, " and --test_fraction ", test_fraction, " (no ",
+              train_t.empty() ? "training" : "test", " windows)");
+    if (static_cast<int64_t>(train_t.size()) > o.train_size)
+      train_t.erase(train_t.begin(), train_t.end() - o.train_size);
+    if (static_cast<int64_t>(test_t.size()) > o.test_size) test_t.resize(static_cast<size_t>(o.test_size));
+
+    // Scale: the standard deviation of the training period's steps.
+    double m = 0, ss = 0;
+    for (int64_t i = 1; i < split; ++i) m += v[i] - v[i - 1];
+    m /= static_cast<double>(split - 1);
+    for (int64_t i = 1; i < split; ++i) ss += (v[i] - v[i - 1] - m) * (v[i] - v[i - 1] - m);
+    const double scale = std::sqrt(ss / static_cast<double>(split - 1));
+    TCN_CHECK(scale > 0, "--data ", data, ": the series does not change over its training part");
+
+    // x: the window's changes / scale; y: s[t+k] - s[t], k = 1..H, / scale.
+    auto make = [&](const std::vector<int64_t>& origins) {
+      const int64_t N = static_cast<int64_t>(origins.size());
+      std::vector<float> x(static_cast<size_t>(N * W)), y(static_cast<size_t>(N * H));
+      for (int64_t r = 0; r < N; ++r) {
+        const int64_t t = origins[r];
+        for (int64_t i = 0; i < W; ++i) x[r * W + i] = static_cast<float>((v[t - W + 1 + i] - v[t - W + i]) / scale);
+        for (int64_t k = 1; k <= H; ++k) y[r * H + k - 1] = static_cast<float>((v[t + k] - v[t]) / scale);
+      }
+      return tasks::Dataset{from_vector(x, {N, W, 1}), from_vector(y, {N, H})};
+    };
+    // Training windows in a fixed random order (a seed-driven shuffle), the test ones in time order.
+    Generator data_gen = tasks::data_generator(o.seed);
+    std::vector<int64_t> order = tasks::random_ints(static_cast<int64_t>(train_t.size()), 1 << 30, data_gen);
+    std::vector<size_t> idx(train_t.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return order[a] < order[b]; });
+    std::vector<int64_t> shuffled;
+    for (size_t i : idx) shuffled.push_back(train_t[i]);
+    task.train = make(shuffled);
+    task.test = make(test_t);
+
+    // The baselines on the test origins (RMSE in the series' units, over all horizons).
+    const int64_t Ntr = task.train.size(), Nte = task.test.size(), F = W + 1;  // + a constant feature
+    auto features = [&](const tasks::Dataset& d) {
+      const std::vector<float> x = d.x.to_vector<float>();
+      std::vector<double> X(static_cast<size_t>(d.size() * F));
+      for (int64_t r = 0; r < d.size(); ++r) {
+        for (int64_t i = 0; i < W; ++i) X[r * F + i] = x[r * W + i];
+        X[r * F + W] = 1.0;
+      }
+      return X;
+    };
+    const std::vector<float> ytr_f = task.train.y.to_vector<float>(), yte_f = task.test.y.to_vector<float>();
+    const std::vector<double> ytr(ytr_f.begin(), ytr_f.end());
+    const std::vector<double> w = least_squares(features(task.train), ytr, Ntr, F, H, 1e-3 * static_cast<double>(Ntr));
+    const std::vector<double> Xte = features(task.test);
+    std::vector<double> linear_pred(static_cast<size_t>(Nte * H));
+    double se_persist = 0, se_season = 0, se_linear = 0;
+    for (int64_t r = 0; r < Nte; ++r) {
+      const int64_t t = test_t[r];
+      for (int64_t k = 1; k <= H; ++k) {
+        const double truth = v[t + k];
+        double lin = 0;
+        for (int64_t i = 0; i < F; ++i) lin += Xte[r * F + i] * w[i * H + k - 1];
+        linear_pred[r * H + k - 1] = v[t] + lin * scale;
+        se_persist += (truth - v[t]) * (truth - v[t]);
+        const double seasonal = v[t] + v[t + k - P] - v[t - P];
+        se_season += (truth - seasonal) * (truth - seasonal);
+        se_linear += (truth - linear_pred[r * H + k - 1]) * (truth - linear_pred[r * H + k - 1]);
+      }
+    }
+    const double count = static_cast<double>(Nte * H);
+    const double rmse_persist = std::sqrt(se_persist / count), rmse_season = std::sqrt(se_season / count),
+                 rmse_linear = std::sqrt(se_linear / count);
+    std::printf("forecast: %s, %lld values (%lld missing, filled linearly), step scale %.4g; %lld training and %lld "
+                "test windows of %lld steps, %lld ahead\n",
+                data.c_str(), static_cast<long long>(n), static_cast<long long>(s.missing), scale,
+                static_cast<long long>(Ntr), static_cast<long long>(Nte), static_cast<long long>(W),
+                static_cast<long long>(H));
+    std::printf("forecast: baselines, test RMSE: persistence %.4f, seasonal persistence (period %lld) %.4f, linear "
+                "AR(%lld) by least squares %.4f\n",
+                rmse_persist, static_cast<long long>(P), rmse_season, static_cast<long long>(W), rmse_linear);
+    std::fflush(stdout);
+
+    task.loss = mse_last;
+    task.evaluate = [](const tasks::TaskTCN& model, const tasks::Dataset& b, tasks::EvalSums& sums) {
+      sums.loss_sum += mse_last(model, b).item() * static_cast<double>(b.y.numel());
+      sums.loss_count += b.y.numel();
+    };
+    task.describe_test = [=](double test_loss) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "RMSE %.4f (persistence %.4f, seasonal %.4f, linear %.4f)",
+                    std::sqrt(test_loss) * scale, rmse_persist, rmse_season, rmse_linear);
+      return std::string(buf);
+    };
+    task.finish = [&](tasks::TaskTCN& model) {
+      if (predictions.empty()) return;
+      autograd::NoGrad ng;
+      const Device dev = model.linear->weight.device();
+      std::vector<float> tcn_out;
+      for (int64_t i = 0; i < Nte; i += o.batch_size) {
+        const tasks::Dataset b = task.test.slice(i, std::min(o.batch_size, Nte - i)).to(dev);
+        const std::vector<float> part = model.forward(b.x, 1).to(Device::cpu()).to_vector<float>();
+        tcn_out.insert(tcn_out.end(), part.begin(), part.end());
+      }
+      std::ofstream f(predictions, std::ios::trunc);
+      TCN_CHECK(f.good(), "--predictions ", predictions, ": cannot open for writing (", std::strerror(errno), ")");
+      f << "label,horizon,actual,tcn,linear,persistence,seasonal\n";
+      for (int64_t r = 0; r < Nte; ++r) {
+        const int64_t t = test_t[r];
+        for (int64_t k = 1; k <= H; ++k) {
+          char row[256];
+          std::snprintf(row, sizeof row, "%s,%lld,%.6g,%.6g,%.6g,%.6g,%.6g\n", s.labels[t + k].c_str(),
+                        static_cast<long long>(k), v[t + k], v[t] + tcn_out[r * H + k - 1] * scale,
+                        linear_pred[r * H + k - 1], v[t], v[t] + v[t + k - P] - v[t - P]);
+          f << row;
+        }
+      }
+      f.flush();
+      TCN_CHECK(f.good(), "--predictions ", predictions, ": write failed (", std::strerror(errno), ")");
+      std::printf("forecast: wrote %s (%lld test forecasts x %lld horizons)\n", predictions.c_str(),
+                  static_cast<long long>(Nte), static_cast<long long>(H));
+    };
+    return tasks::train(task);
+  });
+}
