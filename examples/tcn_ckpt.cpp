@@ -7,6 +7,12 @@
 //       run the model (eval mode) on the int64 tensor "tokens" [B, T], write {"logits"}
 //   tcn_ckpt info CKPT.safetensors
 //       print the model kind, config, vocabulary size and parameter count
+//   tcn_ckpt tcn-init KWARGS_JSON SEED OUT.safetensors
+//       an nn::TCN from pytorch-tcn keyword arguments, its initial state under
+//       pytorch-tcn's names, the kwargs in __metadata__ "kwargs"
+//   tcn_ckpt tcn-forward CKPT.safetensors INPUT.safetensors OUT.safetensors
+//       an nn::TCN checkpoint (a state_dict with "kwargs" metadata, from tcn-init
+//       or PyTorch) in eval mode on INPUT's "x" (and "emb.0", "emb.1", ...), write {"y"}
 //   tcn_ckpt compare A.safetensors B.safetensors RTOL
 //       the same tensor names in both, and for each max|a - b| / max|b|;
 //       exit 1 when any exceeds RTOL (tests/cli_mpi.sh: data-parallel vs one process)
@@ -16,6 +22,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tcn/nn/checkpoint.h"
 #include "tcn/nn/models.h"
 
 using namespace tcn;
@@ -25,6 +32,8 @@ static int usage() {
                "usage: tcn_ckpt roundtrip IN OUT\n"
                "       tcn_ckpt forward CKPT TOKENS OUT\n"
                "       tcn_ckpt info CKPT\n"
+               "       tcn_ckpt tcn-init KWARGS_JSON SEED OUT\n"
+               "       tcn_ckpt tcn-forward CKPT INPUT OUT\n"
                "       tcn_ckpt compare A B RTOL\n");
   return 2;
 }
@@ -47,6 +56,27 @@ int main(int argc, char** argv) {
       std::printf("model %s\nconfig %s\nvocabulary %zu characters\nparameters %lld\n", m.model->kind().c_str(),
                   m.model->config_json().dump().c_str(), m.vocab.size(),
                   static_cast<long long>(m.model->num_parameters()));
+    } else if (cmd == "tcn-init" && argc == 5) {
+      const auto opts = nn::TCNOptions::from_json(nlohmann::json::parse(argv[2]));
+      Generator init(std::strtoull(argv[3], nullptr, 10)), drop(0);
+      nn::TCN tcn(opts, init, drop);
+      nn::save_module(argv[4], tcn, {{"kwargs", opts.to_json().dump()}});
+    } else if (cmd == "tcn-forward" && argc == 5) {
+      const nn::SafetensorsContents ckpt = nn::load_safetensors(argv[2]);
+      TCN_CHECK(ckpt.metadata.count("kwargs"), argv[2], ": no \"kwargs\" in its metadata (the TCN's options)");
+      Generator init(0), drop(0);
+      nn::TCN tcn(nn::TCNOptions::from_json(nlohmann::json::parse(ckpt.metadata.at("kwargs"))), init, drop);
+      nn::load_module(ckpt, tcn);
+      tcn.eval();
+      autograd::NoGrad ng;
+      const nn::SafetensorsContents in = nn::load_safetensors(argv[3]);
+      TensorList embs;
+      for (size_t i = 0;; ++i) {
+        const std::string name = "emb." + std::to_string(i);
+        if (std::none_of(in.tensors.begin(), in.tensors.end(), [&](const auto& t) { return t.first == name; })) break;
+        embs.push_back(in.at(name));
+      }
+      nn::save_safetensors(argv[4], {{"y", tcn.forward(in.at("x"), embs).contiguous()}});
     } else if (cmd == "compare" && argc == 5) {
       const nn::SafetensorsContents a = nn::load_safetensors(argv[2]), b = nn::load_safetensors(argv[3]);
       const double rtol = std::strtod(argv[4], nullptr);
