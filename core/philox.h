@@ -10,8 +10,12 @@
 
 #include <cstdint>
 
+// Host and device, always inlined: an elementwise functor must be inlined into
+// each CPU loop to vectorise there (GCC leaves a large one, GELU's backward, as a call).
 #if defined(__CUDACC__)
 #define TCN_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#define TCN_HD inline __attribute__((always_inline))
 #else
 #define TCN_HD inline
 #endif

@@ -29,6 +29,9 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define TCN_ALWAYS_INLINE [[gnu::always_inline]]
+// The same for a lambda, after its parameter list: [](float x) TCN_LAMBDA_INLINE { ... }
+#define TCN_LAMBDA_INLINE __attribute__((always_inline))
 #else
 #define TCN_ALWAYS_INLINE
+#define TCN_LAMBDA_INLINE
 #endif

@@ -1,4 +1,4 @@
-// ops/vmath.h: the float32 exp, sigmoid and tanh the CPU LSTM uses, against
+// ops/vmath.h: the float32 exp, sigmoid, tanh and normal CDF the CPU kernels use, against
 // double-precision libm over the range that matters and at the edges; and the
 // float32 LSTM layer built on them against the same layer in float64.
 #include <cmath>
@@ -41,6 +41,26 @@ TEST_CASE("exp within 2 ulp, sigmoid and tanh within 4e-7 relative, on [-30, 30]
   CHECK(vmath::tanh(1e-20f) == 1e-20f);
   CHECK(vmath::tanh(-3e-4f) == doctest::Approx(std::tanh(-3e-4)).epsilon(1e-7));
   CHECK(vmath::exp(0.0f) == 1.0f);
+}
+
+TEST_CASE("normal_cdf (GELU's Phi) and erfc within 5e-7 relative on [-12, 8], the tail included") {
+  double worst = 0, worst_erfc = 0;
+  for (int i = -120000; i <= 80000; ++i) {
+    const float x = static_cast<float>(i) * 1e-4f;
+    const double want = 0.5 * std::erfc(-static_cast<double>(x) / std::sqrt(2.0));
+    worst = std::max(worst, std::fabs(vmath::normal_cdf(x) - want) / want);
+    if (x >= 0) {
+      const double e = std::erfc(static_cast<double>(x));
+      if (e > 1e-30) worst_erfc = std::max(worst_erfc, std::fabs(vmath::erfc_nonneg(x) - e) / e);
+    }
+  }
+  MESSAGE("worst: normal_cdf ", worst, ", erfc ", worst_erfc, " relative");
+  CHECK(worst <= 5e-7);
+  CHECK(worst_erfc <= 5e-7);
+  CHECK(vmath::normal_cdf(0.0f) == doctest::Approx(0.5).epsilon(2e-7));
+  CHECK(vmath::normal_cdf(40.0f) == 1.0f);
+  CHECK(vmath::normal_cdf(-40.0f) >= 0.0f);
+  CHECK(std::isnan(vmath::normal_cdf(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST_CASE("saturation, infinities and NaN") {
