@@ -36,13 +36,6 @@ tasks::Dataset make_data(int64_t N, int64_t T, Generator& gen) {
   return {from_vector(x, {N, T, 2}), from_vector(y, {N, 1})};
 }
 
-// The mean squared error of the last step's output against y [B, 1].
-Tensor mse_last(const tasks::TaskTCN& model, const tasks::Dataset& b) {
-  const Tensor out = model.forward(b.x, 1).reshape({b.size(), 1});
-  const Tensor d = sub(out, b.y);
-  return mean(mul(d, d));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,9 +64,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     task.train = make_data(o.train_size, seq_len, data);
     task.test = make_data(o.test_size, seq_len, data);
-    task.loss = mse_last;
+    task.loss = tasks::mse_last;
     task.evaluate = [](const tasks::TaskTCN& model, const tasks::Dataset& b, tasks::EvalSums& s) {
-      s.loss_sum += mse_last(model, b).item() * static_cast<double>(b.size());
+      s.loss_sum += tasks::mse_last(model, b).item() * static_cast<double>(b.size());
       s.loss_count += b.size();
     };
     return tasks::train(task);

@@ -178,6 +178,12 @@ std::pair<double, double> evaluate(const TaskSetup& t, TaskTCN& model, const Dat
 
 }  // namespace
 
+Tensor mse_last(const TaskTCN& model, const Dataset& b) {
+  const Tensor out = model.forward(b.x, 1).reshape({b.size(), b.y.size(1)});
+  const Tensor d = sub(out, b.y);
+  return mean(mul(d, d));
+}
+
 nn::TCNOptions tcn_options(const TaskSetup& t) {
   const CommonOptions& o = t.opts;
   nlohmann::json j = nn::TemporalConvNet::options(t.inputs, std::vector<int64_t>(static_cast<size_t>(o.levels), o.nhid),

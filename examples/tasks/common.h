@@ -102,6 +102,10 @@ struct TaskSetup {
 // names --tcn when its JSON or an option in it is bad.
 tcn::nn::TCNOptions tcn_options(const TaskSetup& task);
 
+// The mean squared error of the model's outputs at the last step against
+// y [B, K] (the adding problem's sum, the forecaster's K steps ahead).
+tcn::Tensor mse_last(const TaskTCN& model, const Dataset& b);
+
 // Builds the model (seeded from --seed), trains it as the reference does
 // (batches in order, the last one possibly shorter, a clip if --clip > 0),
 // prints progress, evaluates the test set at every epoch's end, writes the

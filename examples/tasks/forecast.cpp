@@ -106,13 +106,6 @@ std::vector<double> least_squares(const std::vector<double>& X, const std::vecto
   return B;
 }
 
-// The mean squared error of the last step's H outputs against y [B, H].
-Tensor mse_last(const tasks::TaskTCN& model, const tasks::Dataset& b) {
-  const Tensor out = model.forward(b.x, 1).reshape({b.size(), b.y.size(1)});
-  const Tensor d = sub(out, b.y);
-  return mean(mul(d, d));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,9 +235,9 @@ int main(int argc, char** argv) {
                 rmse_persist, static_cast<long long>(P), rmse_season, static_cast<long long>(W), rmse_linear);
     std::fflush(stdout);
 
-    task.loss = mse_last;
+    task.loss = tasks::mse_last;
     task.evaluate = [](const tasks::TaskTCN& model, const tasks::Dataset& b, tasks::EvalSums& sums) {
-      sums.loss_sum += mse_last(model, b).item() * static_cast<double>(b.y.numel());
+      sums.loss_sum += tasks::mse_last(model, b).item() * static_cast<double>(b.y.numel());
       sums.loss_count += b.y.numel();
     };
     task.describe_test = [=](double test_loss) {
