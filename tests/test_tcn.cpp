@@ -96,7 +96,9 @@ void check_golden(const std::string& path, Device device, double tol) {
   for (const auto& [name, p] : tcn.named_parameters())
     largest = std::max(largest, max_abs(get(g->file, "golden.grad." + name)));
   int params = 0;
-  for (const auto& [name, p] : tcn.named_parameters()) {
+  for (const auto& entry : tcn.named_parameters()) {  // not a structured binding: INFO captures it (clang 14)
+    const std::string& name = entry.first;
+    const Tensor& p = entry.second;
     INFO("parameter ", name);
     const Tensor& want = get(g->file, "golden.grad." + name);
     // A parameter the forward never reads (add mode's embedding_projection_2) has no gradient; PyTorch's is 0 too.
@@ -106,7 +108,9 @@ void check_golden(const std::string& path, Device device, double tol) {
     ++params;
   }
   CHECK(params > 0);
-  for (const auto& [name, b] : tcn.named_buffers()) {
+  for (const auto& entry : tcn.named_buffers()) {
+    const std::string& name = entry.first;
+    const Tensor& b = entry.second;
     if (!has(g->file, "golden.after." + name)) continue;
     INFO("buffer ", name);
     CHECK(scaled_err(b.to(DType::F64), get(g->file, "golden.after." + name)) <= tol);
