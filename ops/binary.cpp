@@ -5,10 +5,38 @@
 #include "tcn/ops/dispatch.h"
 #include "tcn/ops/functors.h"
 #include "tcn/ops/ops.h"
+#include "tcn/ops/simd.h"
 
 namespace tcn {
 
 namespace {
+
+// Contiguous float32 rows of the binary ops and of glu's gradients, compiled
+// once per ISA (ops/simd.h), as the unary ops' are (ops/unary.cpp).
+#define TCN_CPU_ROWS2(Name)                                                                             \
+  TCN_SIMD_CLONES void rows(const fn::Name& f_in, float* o, const float* a, const float* b, int64_t n) { \
+    const fn::Name f = f_in;                                                                            \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);                           \
+  }
+TCN_BINARY_OPS(TCN_CPU_ROWS2)
+TCN_CPU_ROWS2(GluGradA)
+#undef TCN_CPU_ROWS2
+TCN_SIMD_CLONES void rows(const fn::GluGradB& f_in, float* o, const float* g, const float* a, const float* b,
+                          int64_t n) {
+  const fn::GluGradB f = f_in;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = f(g[i], a[i], b[i]);
+}
+
+// out = f(in...) on the CPU: float32 through the per-ISA rows, float64 inline.
+template <class F, class... In>
+void cpu_apply(const char* op, const Tensor& out, F f, const In&... in) {
+  if (out.dtype() == DType::F32) {
+    cpu::cpu_map_rows<float>(out, f, [&f](int64_t n, float* o, const auto*... p) { rows(f, o, p..., n); }, in...);
+    return;
+  }
+  dispatch_float(out.dtype(), op, [&]<class T>() { cpu::cpu_map<T>(out, f, in...); });
+}
 
 template <class F>
 Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f, cuda::BinaryOp cuda_op) {
@@ -23,7 +51,7 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f, cud
     TCN_CUDA_OP(op, cuda::binary(cuda_op, out, a, b));
     return out;
   }
-  dispatch_float(a.dtype(), op, [&]<class T>() { cpu::cpu_map<T>(out, f, a, b); });
+  cpu_apply(op, out, f, a, b);
   return out;
 }
 
@@ -88,9 +116,20 @@ Tensor glu(const Tensor& x) {
   Tensor out = binary_forward("glu", a, b, fn::GluProduct{}, cuda::BinaryOp::GluProduct);
   if (autograd::needs_grad({x}))
     autograd::record("glu", {x}, {out}, [a, b](const TensorList& g) {
-      // d/da = sigmoid(b); d/db = a sigmoid(b) (1 - sigmoid(b)).
-      const Tensor s = sigmoid(b), ga = mul(g[0], s);
-      return TensorList{cat({ga, mul(mul(ga, a), 1.0 - s)}, -1)};
+      // d/da = g sigmoid(b); d/db = g a sigmoid(b) (1 - sigmoid(b)).
+      if (g[0].device().is_cuda()) {  // composed from ops on a GPU
+        const Tensor s = sigmoid(b), ga = mul(g[0], s);
+        return TensorList{cat({ga, mul(mul(ga, a), 1.0 - s)}, -1)};
+      }
+      // On the CPU one pass per half, straight into the halves of the gradient.
+      Shape shape = a.shape();
+      shape.back() *= 2;
+      Tensor gx = empty(shape, a.options());
+      const int64_t C = a.size(-1);
+      profile::add_bytes(7 * nbytes(a));
+      cpu_apply("glu", gx.narrow(-1, 0, C), fn::GluGradA{}, g[0], b);
+      cpu_apply("glu", gx.narrow(-1, C, C), fn::GluGradB{}, g[0], a, b);
+      return TensorList{gx};
     });
   return out;
 }

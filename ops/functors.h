@@ -156,5 +156,15 @@ struct AddRelu {
 struct GluProduct {
   template <class T> TCN_HD T operator()(T a, T b) const { return a * Sigmoid{}.fwd<T>(b); }
 };
+// glu's gradients, given dL/dy = g: d/da = g sigmoid(b), d/db = g a sigmoid(b) (1 - sigmoid(b)).
+struct GluGradA {
+  template <class T> TCN_HD T operator()(T g, T b) const { return g * Sigmoid{}.fwd<T>(b); }
+};
+struct GluGradB {
+  template <class T> TCN_HD T operator()(T g, T a, T b) const {
+    const T s = Sigmoid{}.fwd<T>(b);
+    return g * a * s * (T(1) - s);
+  }
+};
 
 }  // namespace tcn::fn

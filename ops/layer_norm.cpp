@@ -9,9 +9,15 @@
 // Backward, per row, with xhat = (x - mean) rstd and dxhat = dy * gamma:
 //     dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
 //     dgamma = sum over rows of dy xhat,   dbeta = sum over rows of dy
-// The two column sums are ops (sum over the rows) on xhat, which the row pass writes.
+// On the CPU the column sums are taken in the same pass as dx (per-thread
+// partial sums); on a GPU they are ops (sums over the rows) on xhat, which the
+// backward kernel writes.
 #include <cmath>
+#include <vector>
 
+#include <omp.h>
+
+#include "tcn/core/threads.h"
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/dispatch.h"
 #include "tcn/ops/ops.h"
@@ -20,52 +26,88 @@ namespace tcn {
 
 namespace {
 
+// The row loops vectorise (omp simd): the statistics accumulate in float64
+// lanes, xhat = (x - mean) rstd is taken in float64, the rest in T, and gamma / beta stand in as 1 / 0 when
+// absent (the `ones`/`zeros` rows) so that no loop branches.
 template <class T>
 void layer_norm_forward_cpu(T* y, double* mean, double* rstd, const T* x, const T* gamma, const T* beta, int64_t R,
                             int64_t C, double eps) {
+  const std::vector<T> ones(gamma ? 0 : C, T(1)), zeros(beta ? 0 : C, T(0));
+  const T* g = gamma ? gamma : ones.data();
+  const T* b = beta ? beta : zeros.data();
 #pragma omp parallel for schedule(static) if (R * C >= (1 << 15))
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + r * C;
+    T* yr = y + r * C;
     double s = 0;
-    for (int64_t k = 0; k < C; ++k) s += xr[k];
+#pragma omp simd reduction(+ : s)
+    for (int64_t k = 0; k < C; ++k) s += static_cast<double>(xr[k]);
     const double m = s / static_cast<double>(C);
     double sq = 0;
-    for (int64_t k = 0; k < C; ++k) sq += (xr[k] - m) * (xr[k] - m);
+#pragma omp simd reduction(+ : sq)
+    for (int64_t k = 0; k < C; ++k) {
+      const double d = static_cast<double>(xr[k]) - m;
+      sq += d * d;
+    }
     const double rs = 1.0 / std::sqrt(sq / static_cast<double>(C) + eps);
     mean[r] = m;
     rstd[r] = rs;
-    for (int64_t k = 0; k < C; ++k) {
-      double v = (xr[k] - m) * rs;
-      if (gamma) v *= static_cast<double>(gamma[k]);
-      if (beta) v += static_cast<double>(beta[k]);
-      y[r * C + k] = static_cast<T>(v);
-    }
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) yr[k] = static_cast<T>((static_cast<double>(xr[k]) - m) * rs) * g[k] + b[k];
   }
 }
 
-// dx (if wanted) and xhat (if wanted) per row.
+// dx (if wanted) per row, and the parameters' gradients dgamma = sum over rows
+// of dy xhat and dbeta = sum of dy (if wanted, float64 [C]): each thread adds
+// its rows into its own partial sums, which are added up at the end, so the
+// backward reads x and dy once.
 template <class T>
-void layer_norm_backward_cpu(T* dx, T* xhat, const T* dy, const T* x, const T* gamma, const double* mean,
-                             const double* rstd, int64_t R, int64_t C) {
-#pragma omp parallel for schedule(static) if (R * C >= (1 << 15))
-  for (int64_t r = 0; r < R; ++r) {
-    const T *xr = x + r * C, *dyr = dy + r * C;
-    const double m = mean[r], rs = rstd[r];
-    double a = 0, b = 0;
-    for (int64_t k = 0; k < C; ++k) {
-      const double xh = (xr[k] - m) * rs, dxh = gamma ? static_cast<double>(dyr[k]) * gamma[k] : dyr[k];
-      a += dxh;
-      b += dxh * xh;
-      if (xhat) xhat[r * C + k] = static_cast<T>(xh);
-    }
-    if (!dx) continue;
-    a /= static_cast<double>(C);
-    b /= static_cast<double>(C);
-    for (int64_t k = 0; k < C; ++k) {
-      const double xh = (xr[k] - m) * rs, dxh = gamma ? static_cast<double>(dyr[k]) * gamma[k] : dyr[k];
-      dx[r * C + k] = static_cast<T>(rs * (dxh - a - xh * b));
+void layer_norm_backward_cpu(T* dx, double* dgamma, double* dbeta, const T* dy, const T* x, const T* gamma,
+                             const double* mean, const double* rstd, int64_t R, int64_t C) {
+  const std::vector<T> ones(gamma ? 0 : C, T(1));
+  const T* g = gamma ? gamma : ones.data();
+  const bool parallel = R * C >= (1 << 15);
+  const int threads = parallel ? num_threads() : 1;
+  std::vector<double> partial_g(dgamma ? threads * C : 0, 0.0), partial_b(dbeta ? threads * C : 0, 0.0);
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    const int t = parallel ? omp_get_thread_num() : 0;
+    double* pg = dgamma ? partial_g.data() + t * C : nullptr;
+    double* pb = dbeta ? partial_b.data() + t * C : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      const T *xr = x + r * C, *dyr = dy + r * C;
+      const double m = mean[r], rs = rstd[r];
+      // xhat in float64: x - mean in float32 would lose digits where the mean is large.
+      auto xhat = [&](int64_t k) { return static_cast<T>((static_cast<double>(xr[k]) - m) * rs); };
+      if (pg) {
+#pragma omp simd
+        for (int64_t k = 0; k < C; ++k) pg[k] += static_cast<double>(dyr[k] * xhat(k));
+      }
+      if (pb) {
+#pragma omp simd
+        for (int64_t k = 0; k < C; ++k) pb[k] += static_cast<double>(dyr[k]);
+      }
+      if (!dx) continue;
+      double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+      for (int64_t k = 0; k < C; ++k) {
+        const T xh = xhat(k), dxh = dyr[k] * g[k];
+        a += static_cast<double>(dxh);
+        b += static_cast<double>(dxh) * static_cast<double>(xh);
+      }
+      const T am = static_cast<T>(a / static_cast<double>(C)), bm = static_cast<T>(b / static_cast<double>(C));
+      const T rt = static_cast<T>(rs);
+      T* dxr = dx + r * C;
+#pragma omp simd
+      for (int64_t k = 0; k < C; ++k) dxr[k] = rt * (dyr[k] * g[k] - am - xhat(k) * bm);
     }
   }
+  for (int t = 0; t < threads; ++t)
+    for (int64_t k = 0; k < C; ++k) {
+      if (dgamma) dgamma[k] += partial_g[t * C + k];
+      if (dbeta) dbeta[k] += partial_b[t * C + k];
+    }
 }
 
 }  // namespace
@@ -106,20 +148,22 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta
                      [x, gamma, mean, rstd, need_x, need_gamma, need_beta, R, C](const TensorList& g) {
                        const Tensor dy = g[0].contiguous();
                        Tensor dx = need_x ? empty(x.shape(), x.options()) : Tensor();
-                       Tensor xhat = need_gamma ? empty(x.shape(), x.options()) : Tensor();
-                       if (need_x || need_gamma) {
-                         if (x.device().is_cuda()) {
-                           TCN_CUDA_OP("layer_norm backward",
-                                       cuda::layer_norm_backward(dx, xhat, dy, x, gamma, mean, rstd));
-                         } else {
-                           dispatch_float(x.dtype(), "layer_norm backward", [&]<class T>() {
-                             layer_norm_backward_cpu<T>(need_x ? dx.data<T>() : nullptr,
-                                                        need_gamma ? xhat.data<T>() : nullptr, dy.data<T>(),
-                                                        x.data<T>(), gamma.defined() ? gamma.data<T>() : nullptr,
-                                                        mean.data<double>(), rstd.data<double>(), R, C);
-                           });
-                         }
+                       if (!x.device().is_cuda()) {  // one pass: dx and the parameters' gradients together
+                         Tensor dg = need_gamma ? zeros({C}, {DType::F64}) : Tensor();
+                         Tensor db = need_beta ? zeros({C}, {DType::F64}) : Tensor();
+                         dispatch_float(x.dtype(), "layer_norm backward", [&]<class T>() {
+                           layer_norm_backward_cpu<T>(need_x ? dx.data<T>() : nullptr,
+                                                      need_gamma ? dg.data<double>() : nullptr,
+                                                      need_beta ? db.data<double>() : nullptr, dy.data<T>(),
+                                                      x.data<T>(), gamma.defined() ? gamma.data<T>() : nullptr,
+                                                      mean.data<double>(), rstd.data<double>(), R, C);
+                         });
+                         return TensorList{dx, need_gamma ? dg.to(x.dtype()) : Tensor(),
+                                           need_beta ? db.to(x.dtype()) : Tensor()};
                        }
+                       Tensor xhat = need_gamma ? empty(x.shape(), x.options()) : Tensor();
+                       if (need_x || need_gamma)
+                         TCN_CUDA_OP("layer_norm backward", cuda::layer_norm_backward(dx, xhat, dy, x, gamma, mean, rstd));
                        // The parameters' gradients: sums over the rows.
                        const Tensor dgamma = need_gamma ? sum(mul(dy, xhat).reshape({R, C}), {0}) : Tensor();
                        const Tensor dbeta = need_beta ? sum(dy.reshape({R, C}), {0}) : Tensor();

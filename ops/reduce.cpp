@@ -4,6 +4,7 @@
 // leading dims add whole rows instead. Either way the summation order does not
 // depend on the number of threads.
 #include <algorithm>
+#include <vector>
 
 #include "tcn/cuda/kernels.h"
 #include "tcn/ops/dispatch.h"
@@ -98,14 +99,35 @@ void sum_cpu(const Tensor& x, const ReducePlan& p, T* out) {
   Shape outer_red(p.red_shape.begin(), p.red_shape.end() - (p.red_shape.empty() ? 0 : 1));
   Strides outer_red_st(p.red_strides.begin(), p.red_strides.end() - (p.red_strides.empty() ? 0 : 1));
   const int64_t n_outer_red = inner ? n_red / inner : 0;
+  // One reduced row: float64 lanes when it is contiguous (the order of the
+  // additions is fixed by the build, not by the thread count).
+  auto row_sum = [&](const T* row) {
+    double a = 0;
+    if (inner_stride == 1) {
+#pragma omp simd reduction(+ : a)
+      for (int64_t i = 0; i < inner; ++i) a += static_cast<double>(row[i]);
+    } else {
+      for (int64_t i = 0; i < inner; ++i) a += static_cast<double>(row[i * inner_stride]);
+    }
+    return a;
+  };
+  if (n_out == 1 && n_red >= (1 << 15)) {
+    // A whole tensor (a loss) into one value: the rows' sums in parallel, then
+    // added up in row order, so the result does not depend on the threads.
+    std::vector<double> rows(static_cast<size_t>(n_outer_red));
+    const T* base = in + offset_of(0, p.kept_shape, p.kept_strides);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n_outer_red; ++r) rows[r] = row_sum(base + offset_of(r, outer_red, outer_red_st));
+    double acc = 0;
+    for (double v : rows) acc += v;
+    out[0] = static_cast<T>(acc);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n_out * n_red >= (1 << 15) && n_out > 1)
   for (int64_t o = 0; o < n_out; ++o) {
     const T* base = in + offset_of(o, p.kept_shape, p.kept_strides);
     double acc = 0;
-    for (int64_t r = 0; r < n_outer_red; ++r) {
-      const T* row = base + offset_of(r, outer_red, outer_red_st);
-      for (int64_t i = 0; i < inner; ++i) acc += row[i * inner_stride];
-    }
+    for (int64_t r = 0; r < n_outer_red; ++r) acc += row_sum(base + offset_of(r, outer_red, outer_red_st));
     out[o] = static_cast<T>(acc);
   }
 }
