@@ -439,10 +439,9 @@ namespace {
 // One causal conv over a chunk x [B, L, Cin] given the `hist` [B, (k-1)*d, Cin]
 // inputs before it: output t sums tap j's weights times input t - (k-1-j)*d.
 // The k taps side by side make [B, L, k*Cin], one GEMM with the weight laid out
-// [Cout, k, Cin]. hist moves on to the last (k-1)*d inputs.
-Tensor conv_step(const Conv1d& conv, Tensor& hist, const Tensor& x) {
+// [Cout, k*Cin] (`w`, made once per stream). hist moves on to the last (k-1)*d inputs.
+Tensor conv_step(const Conv1d& conv, Tensor& hist, const Tensor& w, const Tensor& x) {
   const int64_t K = conv.kernel_size, d = conv.opts.dilation, L = x.size(1), span = (K - 1) * d;
-  const Tensor w = conv.effective_weight();  // [Cout, Cin, K]
   Tensor taps = x;
   if (span > 0) {
     const Tensor xx = cat({hist, x}, 1);  // [B, span + L, Cin]
@@ -451,8 +450,14 @@ Tensor conv_step(const Conv1d& conv, Tensor& hist, const Tensor& x) {
     taps = cat(parts, -1);
     hist = xx.narrow(1, L, span).contiguous();
   }
-  Tensor y = matmul(taps, w.permute({0, 2, 1}).reshape({w.size(0), K * w.size(1)}).t());
+  Tensor y = matmul(taps, w.t());
   return conv.bias.defined() ? add(y, conv.bias) : y;
+}
+
+// conv's weight as conv_step takes it: [Cout, Cin, K] -> [Cout, K * Cin].
+Tensor step_weight(const Conv1d& conv) {
+  const Tensor w = conv.effective_weight();
+  return w.permute({0, 2, 1}).reshape({w.size(0), w.size(1) * w.size(2)}).contiguous();
 }
 }  // namespace
 
@@ -475,8 +480,10 @@ Tensor TCN::step(Stream& s, const Tensor& x_t, const TensorList& embeddings) con
   const int64_t B = x.size(0), L = x.size(1);
   if (s.history_.empty()) {
     for (const auto& b : blocks)
-      for (const auto* c : {b->conv1.get(), b->conv2.get()})
+      for (const auto* c : {b->conv1.get(), b->conv2.get()}) {
         s.history_.push_back(zeros({B, b->span(), c->in_channels}, {x.dtype(), x.device()}));
+        s.weights_.push_back(step_weight(*c));
+      }
   }
   TCN_CHECK(s.history_.size() == 2 * blocks.size() && s.history_[0].size(0) == B, "TCN: this stream holds ",
             s.history_.empty() ? 0 : s.history_[0].size(0), " sequences, the chunk ", B,
@@ -486,8 +493,8 @@ Tensor TCN::step(Stream& s, const Tensor& x_t, const TensorList& embeddings) con
   for (size_t i = 0; i < blocks.size(); ++i) {
     const TemporalBlock& b = *blocks[i];
     const bool skip = opts_.use_skip_connections;
-    Tensor c1 = b.after_conv1(conv_step(*b.conv1, s.history_[2 * i], h), e);
-    Tensor y2 = conv_step(*b.conv2, s.history_[2 * i + 1], c1);
+    Tensor c1 = b.after_conv1(conv_step(*b.conv1, s.history_[2 * i], s.weights_[2 * i], h), e);
+    Tensor y2 = conv_step(*b.conv2, s.history_[2 * i + 1], s.weights_[2 * i + 1], c1);
     TemporalBlock::Output o = b.after_conv2(y2, b.downsample ? b.downsample->forward(h) : h, skip && i + 1 < blocks.size());
     h = o.y;
     if (!skip) continue;

@@ -141,14 +141,21 @@ class TCN : public Module {
   // Streaming inference (causal networks, eval mode): feed a sequence chunk by
   // chunk, getting for each chunk what forward() gives for those positions of
   // the whole sequence. Each conv keeps its last (k-1)*d inputs per batch row.
+  // The convs' weights are read at a stream's first step (after a reset): change
+  // the weights, and reset the stream.
   class Stream {
    public:
-    void reset() { history_.clear(); }  // the next chunk starts a new sequence
+    void reset() {  // the next chunk starts a new sequence
+      history_.clear();
+      weights_.clear();
+      position_ = 0;
+    }
     int64_t position() const { return position_; }  // steps fed since the last reset
 
    private:
     friend class TCN;
     std::vector<Tensor> history_;  // per conv [B, (k-1)*d, C_in], in forward order
+    std::vector<Tensor> weights_;  // per conv [C_out, k * C_in]
     int64_t position_ = 0;
   };
   Stream stream() const;

@@ -1,10 +1,8 @@
 #include "generate.h"
 
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 
 #include "tcn/core/philox.h"
 #include "tcn/core/threads.h"
@@ -19,97 +17,20 @@ using namespace tcn;
 
 namespace {
 
-// y = W x + b for W [rows, cols] row-major.
-void matvec_add(const std::vector<float>& W, const float* x, int64_t rows, int64_t cols, float* y) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* w = W.data() + r * cols;
-    float acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t c = 0; c < cols; ++c) acc += w[c] * x[c];
-    y[r] += acc;
-  }
-}
-
-// One causal conv, one time step at a time. Keeps the last (K-1)*d inputs.
-class ConvStream {
- public:
-  explicit ConvStream(const nn::Conv1d& conv) : cin_(conv.in_channels), cout_(conv.out_channels), k_(conv.kernel_size), d_(conv.opts.dilation) {
-    TCN_CHECK(conv.opts.causal, "incremental generation needs causal convs");
-    Tensor w = conv.effective_weight().detach().to(DType::F32);  // [Cout, Cin, K]
-    // taps_[j] is W[:, :, j] as [Cout, Cin] row-major
-    Tensor wt = w.permute({2, 0, 1}).contiguous();
-    auto all = wt.to_vector<float>();
-    for (int64_t j = 0; j < k_; ++j) taps_.emplace_back(all.begin() + j * cout_ * cin_, all.begin() + (j + 1) * cout_ * cin_);
-    bias_ = conv.bias.defined() ? conv.bias.to_vector<float>() : std::vector<float>(cout_, 0.0f);
-  }
-  std::vector<float> step(const std::vector<float>& x) {
-    std::vector<float> y = bias_;
-    // Tap j reads the input (K-1-j)*d steps back; tap K-1 is the current input.
-    for (int64_t j = 0; j < k_; ++j) {
-      int64_t back = (k_ - 1 - j) * d_;
-      if (back == 0) {
-        matvec_add(taps_[j], x.data(), cout_, cin_, y.data());
-      } else if (back <= static_cast<int64_t>(hist_.size())) {
-        matvec_add(taps_[j], hist_[hist_.size() - back].data(), cout_, cin_, y.data());
-      }
-    }
-    if ((k_ - 1) * d_ > 0) {
-      hist_.push_back(x);
-      if (static_cast<int64_t>(hist_.size()) > (k_ - 1) * d_) hist_.pop_front();
-    }
-    return y;
-  }
-
- private:
-  int64_t cin_, cout_, k_, d_;
-  std::vector<std::vector<float>> taps_;
-  std::vector<float> bias_;
-  std::deque<std::vector<float>> hist_;
-};
-
-void relu_inplace(std::vector<float>& v) {
-  for (float& e : v) e = e > 0 ? e : 0;
-}
-
+// The TCN's streaming inference (nn::TCN::step): each causal conv keeps its
+// last (k-1)*d inputs, so a character costs one column of every conv.
 class TCNStepper final : public Stepper {
  public:
-  explicit TCNStepper(nn::TCNCharLM& m) {
-    autograd::NoGrad ng;
-    emb_ = m.encoder->weight.to_vector<float>();
-    emsize_ = m.cfg.emsize;
-    for (const auto& b : m.tcn->network->items()) {
-      Block blk{ConvStream(*b->conv1), ConvStream(*b->conv2), {}};
-      if (b->downsample) blk.down.emplace_back(*b->downsample);
-      blocks_.push_back(std::move(blk));
-    }
-    dec_w_ = m.decoder->weight.to_vector<float>();
-    dec_b_ = m.decoder->bias.to_vector<float>();
-  }
+  explicit TCNStepper(nn::TCNCharLM& m) : m_(m), stream_(m.tcn->stream()) {}
   std::vector<float> step(int64_t token) override {
-    std::vector<float> x(emb_.begin() + token * emsize_, emb_.begin() + (token + 1) * emsize_);
-    for (Block& b : blocks_) {
-      std::vector<float> h = b.conv1.step(x);
-      relu_inplace(h);
-      h = b.conv2.step(h);
-      relu_inplace(h);
-      std::vector<float> res = b.down.empty() ? x : b.down[0].step(x);
-      for (size_t i = 0; i < h.size(); ++i) h[i] += res[i];
-      relu_inplace(h);
-      x = std::move(h);
-    }
-    std::vector<float> logits = dec_b_;
-    matvec_add(dec_w_, x.data(), static_cast<int64_t>(dec_b_.size()), emsize_, logits.data());
-    return logits;
+    autograd::NoGrad ng;
+    const Tensor x = m_.encoder->forward(from_vector<int64_t>({token}, {1}).to(m_.encoder->weight.device()));
+    return m_.decoder->forward(m_.tcn->step(stream_, x)).to(Device::cpu()).to_vector<float>();
   }
 
  private:
-  struct Block {
-    ConvStream conv1, conv2;
-    std::vector<ConvStream> down;  // empty or one
-  };
-  std::vector<float> emb_, dec_w_, dec_b_;
-  int64_t emsize_;
-  std::vector<Block> blocks_;
+  nn::TCNCharLM& m_;
+  nn::TCN::Stream stream_;
 };
 
 class LSTMStepper final : public Stepper {

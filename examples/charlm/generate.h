@@ -1,6 +1,6 @@
 // `charlm generate`: sampling characters from a trained model.
 //
-// The TCN generates incrementally with the Fast WaveNet idea: each conv keeps
+// The TCN generates incrementally (nn::TCN::step) with the Fast WaveNet idea: each conv keeps
 // the last (k-1)*d inputs it has seen, so one new character costs one column
 // of every conv instead of a forward pass over the whole context. The LSTM
 // carries its (h, c) state. A full-recompute stepper (the whole context through
