@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 
 #include "tcn/core/tensor.h"
@@ -54,6 +55,9 @@ inline void map_row(T* out, const std::array<const T*, K>& in, const std::array<
 
 // The same, with `rows(n, o, p...)` computing each contiguous row instead of
 // the inline loop: a row function compiled per ISA (ops/simd.h) for a hot op.
+// cpu_map passes InlineRows: every row through detail::map_row.
+struct InlineRows {};
+
 template <class T, class F, class Rows, class... In>
 void cpu_map_rows(const Tensor& out, F f, Rows rows, const In&... in) {
   constexpr size_t K = sizeof...(In);
@@ -62,27 +66,22 @@ void cpu_map_rows(const Tensor& out, F f, Rows rows, const In&... in) {
   T* o = out.data<T>();
   const std::array<const T*, K> p{in.template data<T>()...};
   for_each_row<K + 1>(shape, st, [&](const auto& off, int64_t n, const auto& inc) {
-    bool contiguous = true;
-    for (int64_t step : inc) contiguous = contiguous && step == 1;
-    if (contiguous) {
-      [&]<size_t... I>(std::index_sequence<I...>) { rows(n, o + off[0], (p[I] + off[I + 1])...); }(
-          std::make_index_sequence<K>{});
-    } else {
-      detail::map_row<T, K>(o, p, off, n, inc, f, std::make_index_sequence<K>{});
+    if constexpr (!std::is_same_v<Rows, InlineRows>) {
+      bool contiguous = true;
+      for (int64_t step : inc) contiguous = contiguous && step == 1;
+      if (contiguous) {
+        [&]<size_t... I>(std::index_sequence<I...>) { rows(n, o + off[0], (p[I] + off[I + 1])...); }(
+            std::make_index_sequence<K>{});
+        return;
+      }
     }
+    detail::map_row<T, K>(o, p, off, n, inc, f, std::make_index_sequence<K>{});
   });
 }
 
 template <class T, class F, class... In>
 void cpu_map(const Tensor& out, F f, const In&... in) {
-  constexpr size_t K = sizeof...(In);
-  const Shape& shape = out.shape();
-  std::array<Strides, K + 1> st{out.strides(), broadcast_strides(in.shape(), in.strides(), shape)...};
-  T* o = out.data<T>();
-  const std::array<const T*, K> p{in.template data<T>()...};
-  for_each_row<K + 1>(shape, st, [&](const auto& off, int64_t n, const auto& inc) {
-    detail::map_row<T, K>(o, p, off, n, inc, f, std::make_index_sequence<K>{});
-  });
+  cpu_map_rows<T>(out, f, InlineRows{}, in...);
 }
 
 }  // namespace tcn::cpu

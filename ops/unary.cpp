@@ -44,13 +44,6 @@ double cuda_param(const Op& op) {
 TCN_UNARY_OPS(TCN_CPU_ROWS)
 #undef TCN_CPU_ROWS
 
-// Runs rows(offset, length) over [0, n) in pieces spread across the threads.
-template <class Rows>
-void contiguous_rows(int64_t n, Rows&& rows) {
-  cpu::for_each_row<1>(Shape{n}, std::array<Strides, 1>{Strides{1}},
-                       [&](const auto& off, int64_t len, const auto&) { rows(off[0], len); });
-}
-
 template <class Op>
 Tensor unary_backward(const Op& op, const Tensor& g, const Tensor& x, const Tensor& y) {
   Tensor gx = empty(g.shape(), g.options());
@@ -62,11 +55,11 @@ Tensor unary_backward(const Op& op, const Tensor& g, const Tensor& x, const Tens
   // Missing x or y (not kept because bwd ignores it) are stood in for by g.
   const Tensor& xs = x.defined() ? x : g;
   const Tensor& ys = y.defined() ? y : g;
-  if (g.dtype() == DType::F32 && g.is_contiguous() && xs.is_contiguous() && ys.is_contiguous() &&
-      xs.shape() == g.shape() && ys.shape() == g.shape()) {
-    float* o = gx.data<float>();
-    const float *gp = g.data<float>(), *xp = xs.data<float>(), *yp = ys.data<float>();
-    contiguous_rows(g.numel(), [&](int64_t b, int64_t len) { bwd_rows(op, o + b, gp + b, xp + b, yp + b, len); });
+  if (g.dtype() == DType::F32) {  // contiguous rows through the per-ISA copy
+    cpu::cpu_map_rows<float>(
+        gx, [op](float gi, float xi, float yi) TCN_LAMBDA_INLINE { return op.template bwd<float>(gi, xi, yi); },
+        [&op](int64_t n, float* o, const float* gp, const float* xp, const float* yp) { bwd_rows(op, o, gp, xp, yp, n); },
+        g, xs, ys);
     return gx;
   }
   dispatch_float(g.dtype(), Op::name, [&]<class T>() {
@@ -84,10 +77,10 @@ Tensor unary(const Tensor& x, Op op) {
   profile::add_bytes(2 * nbytes(x));
   if (x.device().is_cuda()) {
     TCN_CUDA_OP(Op::name, cuda::unary_forward(cuda_op(op), cuda_param(op), y, x));
-  } else if (x.dtype() == DType::F32 && x.is_contiguous()) {
-    float* o = y.data<float>();
-    const float* xp = x.data<float>();
-    contiguous_rows(x.numel(), [&](int64_t b, int64_t len) { fwd_rows(op, o + b, xp + b, len); });
+  } else if (x.dtype() == DType::F32) {  // contiguous rows through the per-ISA copy
+    cpu::cpu_map_rows<float>(
+        y, [op](float xi) TCN_LAMBDA_INLINE { return op.template fwd<float>(xi); },
+        [&op](int64_t n, float* o, const float* xp) { fwd_rows(op, o, xp, n); }, x);
   } else {
     dispatch_float(x.dtype(), Op::name, [&]<class T>() {
       cpu::cpu_map<T>(y, [op](T xi) TCN_LAMBDA_INLINE { return op.template fwd<T>(xi); }, x);
