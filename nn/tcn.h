@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -172,15 +173,16 @@ class TCN : public Module {
   std::shared_ptr<Conv1d> projection_out;
 
  private:
-  // x channels-last [B, T, C], e the concatenated embeddings -> the network's
-  // channels-last output; each level's output gathered by `level` (the skip sum).
+  // h: the last level's channels-last output; skip_sum: the skip connections'
+  // sum (undefined: none) -> the output after the projection and activation.
   Tensor finish(const Tensor& h, const Tensor& skip_sum) const;
   // The embeddings as one channels-last [B, 1 or T, sum E] tensor (undefined: none).
   Tensor concat_embeddings(const TensorList& embeddings, int64_t T) const;
   Tensor to_channels_last(const Tensor& x, const char* what) const;
   Tensor from_channels_last(const Tensor& y) const;
   TCNOptions opts_;
-  Activation act_;
+  Activation act_;                         // the blocks' activation
+  std::optional<Activation> output_act_;   // opts_.output_activation (none: identity)
 };
 
 // locuslab's TemporalConvNet (TCN/tcn.py): blocks of weight-normed causal convs
