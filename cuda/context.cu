@@ -2,7 +2,6 @@
 #include <mutex>
 #include <vector>
 
-#include "tcn/core/autocast.h"
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/kernels.h"
 #include "tcn/cuda/devices.h"
@@ -31,10 +30,6 @@ std::mutex& mu() {
 std::vector<std::unique_ptr<DeviceState>>& states() {
   static std::vector<std::unique_ptr<DeviceState>> s;
   return s;
-}
-bool& allow_tf32() {
-  static bool a = false;
-  return a;
 }
 
 DeviceState& state(int device) {
@@ -66,17 +61,11 @@ DeviceState& state(int device) {
 
 cudaStream_t stream(int device) { return state(device).stream; }
 
-cublasHandle_t cublas(int device) {
+cublasHandle_t cublas(int device, bool tf32) {
   cublasHandle_t h = state(device).cublas;
-  // Strict FP32 unless TF32 was asked for, globally or by the autocast scope
-  // (--precision tf32). PyTorch's default for matmul is also strict.
-  CUBLAS_CHECK(cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
-
-bool tf32_allowed() { return allow_tf32() || autocast_tf32(); }
-
-void set_allow_tf32(bool allow) { allow_tf32() = allow; }
 
 DeviceStatus* device_status(int device) { return state(device).status; }
 

@@ -19,11 +19,9 @@ namespace tcn::cuda {
 
 // The stream of `device` (created on first use; the device is made current).
 cudaStream_t stream(int device);
-// The cuBLAS handle of `device`, bound to its stream, in the current math mode.
-cublasHandle_t cublas(int device);
-// Whether float32 GEMMs and convolutions may use TF32 tensor cores here:
-// set_allow_tf32(true), or a --precision tf32 scope (core/autocast.h).
-bool tf32_allowed();
+// The cuBLAS handle of `device`, bound to its stream, set to strict FP32 math
+// or (tf32) to TF32 tensor cores for float32 GEMMs.
+cublasHandle_t cublas(int device, bool tf32);
 
 // Device-side input checks (no host synchronisation in a training step): a
 // check kernel records the first bad element it finds here, in pinned host

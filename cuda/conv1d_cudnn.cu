@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "tcn/core/autocast.h"
-#include "tcn/core/backends.h"
 #include "tcn/core/step_graph.h"
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/cudnn.h"
@@ -30,11 +29,11 @@ namespace {
 using namespace cudnn_lib;
 
 // ---- convolutions ---------------------------------------------------------------------------------
-// Strict FP32 means FMA kernels only; TF32 (as cuBLAS decides it: tf32_allowed())
-// lets float32 use tensor cores; bfloat16 asks for them.
-cudnnMathType_t conv_math(DType d) {
+// Strict FP32 means FMA kernels only; TF32 lets float32 use tensor cores;
+// bfloat16 asks for them.
+cudnnMathType_t conv_math(DType d, bool tf32) {
   if (d == DType::BF16) return CUDNN_TENSOR_OP_MATH;
-  return tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
 constexpr size_t kWorkspaceCap = size_t{256} << 20;  // most scratch memory an algorithm may ask for
@@ -154,8 +153,8 @@ ConvPlan& conv_plan(const ConvKey& k, const Tensor& x, const Tensor& w) {
   return ref;
 }
 
-ConvKey conv_key(const Tensor& x, int64_t Cout, int64_t K, int64_t pad, int64_t dilation) {
-  return ConvKey{x.device().index, x.dtype(), conv_math(x.dtype()), cudnn_conv_deterministic(),
+ConvKey conv_key(const Tensor& x, int64_t Cout, int64_t K, int64_t pad, int64_t dilation, CudnnConvMath m) {
+  return ConvKey{x.device().index, x.dtype(), conv_math(x.dtype(), m.tf32), m.deterministic,
                  x.size(0),        x.size(1), x.size(2),           Cout,
                  K,                pad,       dilation};
 }
@@ -168,8 +167,8 @@ struct Scale {
 }  // namespace
 
 CudnnConvPlan cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64_t pad, int64_t dilation,
-                                 double beta) {
-  const ConvKey k = conv_key(x, w.size(0), w.size(1), pad, dilation);
+                                 double beta, CudnnConvMath math) {
+  const ConvKey k = conv_key(x, w.size(0), w.size(1), pad, dilation, math);
   ConvPlan& p = conv_plan(k, x, w);
   const Tensor ws = p.fwd.workspace ? scratch(p.fwd.workspace, k.device) : Tensor();
   const Scale s{1.0f, static_cast<float>(beta)};

@@ -46,7 +46,7 @@ namespace {
 [[noreturn]] void no_cudnn(const char* what) { TCN_FAIL(what, ": cuDNN is unavailable: ", cudnn_unavailable_reason()); }
 }  // namespace
 
-CudnnConvPlan cudnn_conv_forward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, double) {
+CudnnConvPlan cudnn_conv_forward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, double, CudnnConvMath) {
   no_cudnn("conv1d on cuDNN");
 }
 void cudnn_conv_backward_data(CudnnConvPlan, const Tensor&, const Tensor&, const Tensor&) { no_cudnn("conv1d on cuDNN"); }
@@ -54,7 +54,7 @@ void cudnn_conv_backward_filter(CudnnConvPlan, const Tensor&, const Tensor&, con
   no_cudnn("conv1d on cuDNN");
 }
 CudnnLstmSaved cudnn_lstm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool) {
+                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, bool) {
   no_cudnn("LSTM on cuDNN");
 }
 void cudnn_lstm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

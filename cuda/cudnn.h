@@ -33,16 +33,20 @@ int64_t cudnn_version();
 // ---- conv1d: x [B, L, Cin], w [Cout, K, Cin] (cuDNN's KRSC filter layout with R = 1),
 // y [B, Lout, Cout], Lout = L + 2 * pad - (K - 1) * dilation; one dtype, float32 or
 // bfloat16 (mixed precision: float32 accumulation). Math: strict FP32 FMA kernels
-// for float32 unless TF32 is allowed (core/autocast.h); tensor cores for bfloat16.
-// The algorithms are found by timing (cudnnFind*AlgorithmEx) on first use of a
-// shape and kept; with cuda_backends().deterministic only deterministic ones.
+// for float32 unless `math.tf32` (--precision tf32, core/autocast.h); tensor cores
+// for bfloat16. The algorithms are found by timing (cudnnFind*AlgorithmEx) on
+// first use of a shape and kept; with `math.deterministic` only deterministic ones.
 // y = conv(x, w) + beta * y (beta 1: y holds the broadcast bias already).
 // Returns the shape's plan (descriptors and algorithms, kept for the process),
 // which the backward passes of this call take: they run with the settings the
 // forward ran with, and never search for algorithms themselves.
 using CudnnConvPlan = const void*;
+struct CudnnConvMath {
+  bool tf32 = false;           // float32 on TF32 tensor cores
+  bool deterministic = false;  // only algorithms that give the same bits every run
+};
 CudnnConvPlan cudnn_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, int64_t pad, int64_t dilation,
-                                 double beta);
+                                 double beta, CudnnConvMath math);
 // dx [B, L, Cin] = the input gradient from dy [B, Lout, Cout].
 void cudnn_conv_backward_data(CudnnConvPlan plan, const Tensor& dx, const Tensor& dy, const Tensor& w);
 // dw [Cout, K, Cin] = the filter gradient from x and dy.
@@ -50,7 +54,8 @@ void cudnn_conv_backward_filter(CudnnConvPlan plan, const Tensor& dw, const Tens
 
 // ---- One LSTM layer over a whole sequence, PyTorch's parameters and gate order
 // (i, f, g, o): x [B, T, I], w_ih [4H, I], w_hh [4H, H], b_ih, b_hh [4H], hx, cx
-// [B, H]; out y [B, T, H], hy, cy [B, H]. float32. The parameters are copied into
+// [B, H]; out y [B, T, H], hy, cy [B, H]. float32, strict FP32 math unless tf32
+// (under bf16 mixed precision too, as our own layer's recurrence). The parameters are copied into
 // cuDNN's weight space (a few device copies) on each forward; that copy, and the
 // reserve space a training forward fills, are what backward needs.
 struct CudnnLstmSaved {
@@ -60,7 +65,7 @@ struct CudnnLstmSaved {
 };
 CudnnLstmSaved cudnn_lstm_forward(const Tensor& y, const Tensor& hy, const Tensor& cy, const Tensor& x,
                                   const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
-                                  const Tensor& hx, const Tensor& cx, bool training);
+                                  const Tensor& hx, const Tensor& cx, bool training, bool tf32);
 // Gradients of everything from dy [B, T, H] and dhy, dcy [B, H] (either may be
 // undefined: zero). Writes dx, dhx, dcx and the four parameter gradients.
 void cudnn_lstm_backward(const Tensor& dx, const Tensor& dhx, const Tensor& dcx, const Tensor& dw_ih,

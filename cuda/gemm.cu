@@ -9,7 +9,7 @@
 
 namespace tcn::cuda {
 
-void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
+void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in, bool tf32) {
   const int64_t B = a_in.size(0), M = a_in.size(1), K = a_in.size(2), N = b_in.size(2);
   profile::add_flops(2.0 * static_cast<double>(B) * static_cast<double>(M) * static_cast<double>(N) *
                      static_cast<double>(K));
@@ -17,7 +17,7 @@ void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   GemmOperands g = gemm_operands(a_in, b_in);
   const Tensor &a = g.a, &b = g.b;
   const cublasOperation_t opa = g.la.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.lb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasHandle_t h = cublas(out.device().index);
+  cublasHandle_t h = cublas(out.device().index, tf32);
   if (a.dtype() == DType::BF16) {  // mixed precision: bf16 operands, float32 output and accumulation
     TCN_CHECK(b.dtype() == DType::BF16 && out.dtype() == DType::F32, "CUDA bf16 GEMM: operands ", dtype_name(a.dtype()),
               " and ", dtype_name(b.dtype()), ", output ", dtype_name(out.dtype()), " (expected bf16, bf16, float32)");
@@ -38,13 +38,13 @@ void batched_gemm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   }
 }
 
-void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+void gemm(DType dtype, bool tf32, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc, GemmBatch batch) {
   profile::add_flops(2.0 * static_cast<double>(batch.count) * static_cast<double>(M) * static_cast<double>(N) *
                      static_cast<double>(K));
   site::gemm();
   // Column-major view: C^T [N, M] = op(B)^T op(A)^T.
-  cublasHandle_t h = cublas(device);
+  cublasHandle_t h = cublas(device, tf32);
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int64_t n = batch.count, sa = batch.stride_a, sb = batch.stride_b, sc = batch.stride_c;
   if (dtype == DType::BF16) {  // mixed precision: A and B bf16, C float32, float32 accumulation

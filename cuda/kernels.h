@@ -52,17 +52,20 @@ void sum(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced);
 // with K > 0 (ops/matmul.cpp handles empty products); strided
 // operands whose rows or columns are unit-stride go to cuBLAS as they are.
 // bf16 a and b (mixed precision) give a float32 out, accumulated in float32.
-void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b);
+// tf32: float32 products on TF32 tensor cores (--precision tf32, core/autocast.h);
+// otherwise strict FP32, PyTorch's default too. The op decides, at its entry.
+void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool tf32);
 // Row-major C = op(A) @ op(B) + beta * C on device pointers of `dtype`, exactly
 // as cblas_?gemm(CblasRowMajor, ...) on the CPU (ops/cpu_blas.h). dtype BF16:
-// A and B bfloat16, C float32 (cublasGemmEx, float32 accumulation). With a
+// A and B bfloat16, C float32 (cublasGemmEx, float32 accumulation); tf32 as in
+// batched_gemm. With a
 // GemmBatch, `count` such products in one cuBLAS call (strided batched),
 // product i on A + i*stride_a, B + i*stride_b, C + i*stride_c (in elements; an
 // operand's stride may be 0, C's must keep the outputs apart).
 struct GemmBatch {
   int64_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 };
-void gemm(DType dtype, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+void gemm(DType dtype, bool tf32, int device, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc, GemmBatch batch = {});
 // Checks on the device that every element of idx (int64, contiguous) is in
 // [0, bound), without a host synchronisation: the first one that is not is
@@ -176,8 +179,6 @@ void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Ten
 // watch: float64 [5] = (ok, first bad step, its loss, sum of finite losses, step of the
 // last add), see nn::LossWatch: counts this loss's step as the last one + 1.
 void watch_loss(const Tensor& watch, const Tensor& loss);
-// Strict FP32 GEMMs (the default) or TF32 tensor cores.
-void set_allow_tf32(bool allow);
 
 }  // namespace tcn::cuda
 

@@ -164,10 +164,8 @@ void move_pieces(const LstmPlan& p, const Tensor& space, const Tensor (&params)[
   }
 }
 
-LstmKey lstm_key(const Tensor& x, int64_t H) {
-  // TF32 tensor cores where cuBLAS would use them (tf32_allowed()); strict FP32
-  // otherwise, under bf16 mixed precision too (as our fused layer's recurrence).
-  return LstmKey{x.device().index, tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, x.size(0), x.size(1),
+LstmKey lstm_key(const Tensor& x, int64_t H, bool tf32) {
+  return LstmKey{x.device().index, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, x.size(0), x.size(1),
                  x.size(2), H};
 }
 
@@ -175,8 +173,8 @@ LstmKey lstm_key(const Tensor& x, int64_t H) {
 
 CudnnLstmSaved cudnn_lstm_forward(const Tensor& y, const Tensor& hy, const Tensor& cy, const Tensor& x,
                                   const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
-                                  const Tensor& hx, const Tensor& cx, bool training) {
-  const LstmKey k = lstm_key(x, w_hh.size(1));
+                                  const Tensor& hx, const Tensor& cx, bool training, bool tf32) {
+  const LstmKey k = lstm_key(x, w_hh.size(1), tf32);
   LstmPlan& p = lstm_plan(k);
   CudnnLstmSaved saved;
   saved.plan = &p;

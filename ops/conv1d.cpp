@@ -49,13 +49,14 @@ namespace conv1d_paths {
 
 // Row-major GEMM on the tensors' device: C = op(A) @ op(B) + beta * C, pointers
 // into the buffers of `like` (its dtype and device). When `like` is bfloat16
-// (mixed precision), A and B are bfloat16 and C is float32. A batch (strides in
-// elements) is one cuBLAS call on a GPU and a loop of GEMMs on the CPU.
-void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+// (mixed precision), A and B are bfloat16 and C is float32; tf32: float32 on the
+// GPU's TF32 tensor cores. A batch (strides in elements) is one cuBLAS call on a
+// GPU and a loop of GEMMs on the CPU.
+void gemm_on(const Tensor& like, bool tf32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
              const void* B, int64_t ldb, double beta, void* C, int64_t ldc, cuda::GemmBatch batch = {}) {
   if (like.device().is_cuda()) {
     TCN_CUDA_OP("conv1d",
-                cuda::gemm(like.dtype(), like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, batch));
+                cuda::gemm(like.dtype(), tf32, like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, batch));
     return;
   }
   const size_t op_size = dtype_size(like.dtype()), out_size = like.dtype() == DType::BF16 ? 4 : op_size;
@@ -78,9 +79,9 @@ void gemm_on(const Tensor& like, bool ta, bool tb, int64_t M, int64_t N, int64_t
 // X: the row width of xp and wt (row_width below).
 // yp rows [0, M) = sum_j xp rows [j*d, j*d + M) @ wt[j]; wt = [K, X, Cout]
 // contiguous. Tap 0 overwrites the rows (beta 0), later taps accumulate.
-void conv1d_forward_rows(const ConvRows& g, int64_t X, const Tensor& xp, const Tensor& wt, const Tensor& yp) {
+void conv1d_forward_rows(const ConvRows& g, int64_t X, const Tensor& xp, const Tensor& wt, const Tensor& yp, bool tf32) {
   for (int64_t j = 0; j < g.K; ++j)
-    gemm_on(xp, false, false, g.M, g.Cout, X, element_ptr(xp, j * g.d * X), X, element_ptr(wt, j * X * g.Cout),
+    gemm_on(xp, tf32, false, false, g.M, g.Cout, X, element_ptr(xp, j * g.d * X), X, element_ptr(wt, j * X * g.Cout),
             g.Cout, j == 0 ? 0.0 : 1.0, yp.raw_data(), g.Cout);
 }
 
@@ -88,15 +89,15 @@ void conv1d_forward_rows(const ConvRows& g, int64_t X, const Tensor& xp, const T
 // zero already); dwt[j] = xp^T @ dyp per tap, row Cin of dwt[0] the bias
 // gradient. dyp is zero in the padding rows.
 void conv1d_backward_rows(const ConvRows& g, int64_t X, const Tensor& xp, const Tensor& wt, const Tensor& dyp,
-                          const Tensor& dxp, const Tensor& dwt) {
+                          const Tensor& dxp, const Tensor& dwt, bool tf32) {
   if (dxp.defined())  // tap 0 covers rows [0, M) first and overwrites them (beta 0); later taps accumulate
     for (int64_t j = 0; j < g.K; ++j)
-      gemm_on(xp, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, element_ptr(wt, j * X * g.Cout), g.Cout,
+      gemm_on(xp, tf32, false, true, g.M, g.Cin, g.Cout, dyp.raw_data(), g.Cout, element_ptr(wt, j * X * g.Cout), g.Cout,
               j == 0 ? 0.0 : 1.0, element_ptr(dxp, j * g.d * g.Cin), g.Cin);
   // The taps' weight gradients write separate outputs, so they are one batched
   // GEMM: tap j's A starts j*d rows further into xp, B (dyp) is shared.
   if (dwt.defined())
-    gemm_on(xp, true, false, X, g.Cout, g.M, xp.raw_data(), X, dyp.raw_data(), g.Cout, 0.0, dwt.raw_data(), g.Cout,
+    gemm_on(xp, tf32, true, false, X, g.Cout, g.M, xp.raw_data(), X, dyp.raw_data(), g.Cout, 0.0, dwt.raw_data(), g.Cout,
             {.count = g.K, .stride_a = g.d * X, .stride_b = 0, .stride_c = X * g.Cout});
 }
 
@@ -161,19 +162,20 @@ void unpack_grads(const Tensor& dwt, const ConvRows& geo, bool need_w, bool need
 }
 
 // The GEMM path (above): K accumulating GEMMs per pass over padded rows.
-ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
   // Mixed precision (core/autocast.h): the GEMM operands in bfloat16, the
   // output, the bias and the gradients in float32. The bf16 copies are also
-  // what backward keeps, at half the memory.
+  // what backward keeps, at half the memory. TF32 applies to backward too.
+  const bool bf16 = s.bf16, tf32 = s.tf32;
   const DType op_dtype = bf16 ? DType::BF16 : x.dtype();  // of the GEMM operands
   const int64_t X = row_width(geo.Cin, b.defined());
   Tensor xp = to_padded_rows(x, geo.left, geo.Lp, op_dtype, X);
   Tensor wt = pack_weights(w, b, X, op_dtype);  // [K, X, Cout]: each tap a GEMM operand
   Tensor yp = empty({geo.B, geo.Lp, geo.Cout}, x.options());
-  conv1d_forward_rows(geo, X, xp, wt, yp);
+  conv1d_forward_rows(geo, X, xp, wt, yp, tf32);
   const TensorOptions out_opts = x.options();
   return {yp.narrow(1, 0, geo.L),  // the valid rows of each batch; a view
-          [geo, X, xp, wt, bf16, out_opts](const Tensor& dy, bool need_x, bool need_w, bool need_b) {
+          [geo, X, xp, wt, bf16, tf32, out_opts](const Tensor& dy, bool need_x, bool need_w, bool need_b) {
             Tensor dyp = to_padded_rows(dy, 0, geo.Lp, bf16 ? DType::BF16 : dy.dtype());
             // Tap 0 writes rows [0, M) with beta = 0, so only the tail needs zeros.
             Tensor dxp;
@@ -183,7 +185,7 @@ ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const
             }
             // The bias gradient is a row of dwt, so a bias gradient computes dwt too.
             Tensor dwt = need_w || need_b ? empty(wt.shape(), out_opts) : Tensor();
-            conv1d_backward_rows(geo, X, xp, wt, dyp, dxp, dwt);
+            conv1d_backward_rows(geo, X, xp, wt, dyp, dxp, dwt, tf32);
             ConvGrads g;
             if (need_x) g.dx = dxp.narrow(1, geo.left, geo.L);
             unpack_grads(dwt, geo, need_w, need_b, g);
@@ -217,10 +219,10 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
 
   using namespace conv1d_paths;
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
-  const ConvSettings s = conv_settings(x_in);  // precision, --conv_impl, capture (the cuDNN plans' own keys aside)
+  const ConvSettings s = conv_settings(x_in);  // precision, --conv_impl, determinism, capture: read here only
   const Tensor x = x_in.detach(), wd = w.detach(), b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  ConvOut out = conv1d_impl(geo, x, wd, b, s) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, s.bf16)
-                                                                  : conv1d_gemm(geo, x, wd, b, s.bf16);
+  ConvOut out = conv1d_impl(geo, x, wd, b, s) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, s)
+                                                                  : conv1d_gemm(geo, x, wd, b, s);
   if (autograd::needs_grad({x_in, w, bias})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
     autograd::record("conv1d", {x_in, w, bias}, {out.y},

@@ -24,7 +24,9 @@ namespace tcn::conv1d_paths {
 // The cuDNN path: x and w converted once to the operand dtype (w to cuDNN's
 // [Cout, K, Cin]); y is cuDNN's output on top of the broadcast bias (float32),
 // or converted from bfloat16 with the bias added (mixed precision).
-ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16) {
+ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
+  const bool bf16 = s.bf16;
+  const cuda::CudnnConvMath math{.tf32 = s.tf32, .deterministic = s.deterministic};
   const DType op_dtype = bf16 ? DType::BF16 : x.dtype();
   const int64_t Lout = geo.L + 2 * geo.left - (geo.K - 1) * geo.d;  // cuDNN pads geo.left on both sides
   Tensor xc = x.to(op_dtype).contiguous();
@@ -35,10 +37,10 @@ ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
   if (!bf16) {
     y = empty({geo.B, Lout, geo.Cout}, x.options());
     if (b.defined()) copy_(y, b);  // broadcast over the rows; cuDNN adds onto it (beta 1)
-    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(y, xc, wk, geo.left, geo.d, b.defined() ? 1.0 : 0.0));
+    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(y, xc, wk, geo.left, geo.d, b.defined() ? 1.0 : 0.0, math));
   } else {
     Tensor yb = empty({geo.B, Lout, geo.Cout}, {op_dtype, x.device()});
-    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(yb, xc, wk, geo.left, geo.d, 0.0));
+    TCN_CUDA_OP("conv1d", plan = cuda::cudnn_conv_forward(yb, xc, wk, geo.left, geo.d, 0.0, math));
     y = yb.to(x.dtype());
     if (b.defined()) add_(y, b);
   }
@@ -110,12 +112,12 @@ static ConvImpl conv1d_auto(const ConvRows& geo, const Tensor& x, const Tensor& 
   };
   Generator own(20261205);  // not the default generator: choosing must not move the run's random stream
   Tensor dy = rand({geo.B, geo.L, geo.Cout}, x.options(), own);
-  auto run = [&](ConvOut (*impl)(const ConvRows&, const Tensor&, const Tensor&, const Tensor&, bool)) {
+  auto run = [&](ConvOut (*impl)(const ConvRows&, const Tensor&, const Tensor&, const Tensor&, const ConvSettings&)) {
     Run r;
     cuda::EventTimer timer(x.device().index);
     for (int rep = 0; rep < 4; ++rep) {
       const int32_t start = timer.mark();
-      ConvOut out = impl(geo, x, w, b, s.bf16);
+      ConvOut out = impl(geo, x, w, b, s);
       ConvGrads g = out.backward(dy, true, true, b.defined());
       const int32_t end = timer.mark();
       if (rep == 0) continue;  // warm-up

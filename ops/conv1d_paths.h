@@ -21,7 +21,7 @@ struct ConvRows {
 // top of the op (ops/conv1d.cpp), and passed down as arguments.
 struct ConvSettings {
   bool bf16 = false;           // autocast: GEMM operands in bfloat16 (core/autocast.h)
-  bool tf32 = false;           // the GPU's TF32 GEMMs (core/autocast.h)
+  bool tf32 = false;           // float32 GEMMs on the GPU's TF32 tensor cores (core/autocast.h)
   ConvImpl impl = ConvImpl::Auto;  // --conv_impl (core/backends.h)
   bool deterministic = false;  // only deterministic cuDNN algorithms (core/backends.h)
   bool capturing = false;      // inside a CUDA graph capture, where nothing may be timed (core/step_graph.h)
@@ -44,9 +44,9 @@ struct ConvOut {
 Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype, int64_t X = 0);
 
 // The GEMM path: K accumulating GEMMs per pass over padded rows (ops/conv1d.cpp).
-ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16);
+ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
 // The cuDNN path (ops/conv1d_cudnn.cpp).
-ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, bool bf16);
+ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
 // Which path runs this call: the setting, the device, and for auto the
 // per-shape timing (ops/conv1d_cudnn.cpp).
 ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);

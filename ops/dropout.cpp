@@ -180,8 +180,8 @@ struct CudaDraw {
   uint64_t start = 0;
   Tensor base;
 };
-CudaDraw cuda_draw(Generator& gen, int64_t n) {
-  if (StepGraph* g = StepGraph::capturing()) {
+CudaDraw cuda_draw(Generator& gen, int64_t n, StepGraph* capturing) {
+  if (StepGraph* g = capturing) {
     StepGraph::Philox ph = g->philox(gen, static_cast<uint64_t>(n));
     return {ph.rel, ph.base};
   }
@@ -200,7 +200,7 @@ Tensor dropout_impl(const char* op, const Tensor& x_in, double p, Generator& gen
     const uint64_t seed = gen.seed();
     // After a ReLU, backward reads the mask from the output instead of drawing it
     // (y > 0 exactly where kept and x > 0).
-    const CudaDraw draw = cuda_draw(gen, x_in.numel());
+    const CudaDraw draw = cuda_draw(gen, x_in.numel(), StepGraph::capturing());
     Tensor x = strided_ok(x_in.detach());
     Tensor y = empty(x.shape(), x.options());
     TCN_CUDA_OP(op, cuda::dropout_forward(y, x, p, seed, draw.start, draw.base, kRelu));
@@ -237,7 +237,7 @@ Tensor relu_dropout_add_relu(const Tensor& x_in, const Tensor& res_in, double p,
   profile::add_bytes(3 * nbytes(x_in) + static_cast<double>(x_in.numel()));  // x, res, z + the mask
   if (x_in.device().is_cuda()) {
     const uint64_t seed = gen.seed();
-    const CudaDraw draw = cuda_draw(gen, x_in.numel());
+    const CudaDraw draw = cuda_draw(gen, x_in.numel(), StepGraph::capturing());
     Tensor x = strided_ok(x_in.detach()), res = strided_ok(res_in.detach());
     Tensor z = empty(x.shape(), x.options());
     TCN_CUDA_OP(op, cuda::dropout_add_relu_forward(z, x, res, p, seed, draw.start, draw.base));

@@ -152,17 +152,17 @@ void lstm_backward_cpu(const T* act, const T* whh, const bfloat16* whh_b, const 
 // conversion), and in backward dG_t from a bf16 [B, 4H] scratch written by the
 // cell's backward; so no conversion kernel per step.
 void lstm_forward_cuda(const Tensor& act, const Tensor& whh, const Tensor& whh_b, const Tensor& h0, const Tensor& c0,
-                       const Tensor& hs, const Tensor& cs) {
+                       const Tensor& hs, const Tensor& cs, bool tf32) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
   const int dev = act.device().index;
   const Tensor h_b = whh_b.defined() ? h0.to(DType::BF16) : Tensor();
   for (int64_t t = 0; t < Tn; ++t) {
     if (h_b.defined()) {
-      cuda::gemm(DType::BF16, dev, false, true, B, G, H, h_b.raw_data(), H, whh_b.raw_data(), H, 1.0,
+      cuda::gemm(DType::BF16, tf32, dev, false, true, B, G, H, h_b.raw_data(), H, whh_b.raw_data(), H, 1.0,
                  element_ptr(act, t * G), Tn * G);
     } else {
       const void* h_prev = t == 0 ? h0.raw_data() : element_ptr(hs, (t - 1) * H);
-      cuda::gemm(act.dtype(), dev, false, true, B, G, H, h_prev, t == 0 ? H : Tn * H, whh.raw_data(), H, 1.0,
+      cuda::gemm(act.dtype(), tf32, dev, false, true, B, G, H, h_prev, t == 0 ? H : Tn * H, whh.raw_data(), H, 1.0,
                  element_ptr(act, t * G), Tn * G);
     }
     cuda::lstm_cell_forward(act, c0, hs, cs, t, h_b);
@@ -170,17 +170,17 @@ void lstm_forward_cuda(const Tensor& act, const Tensor& whh, const Tensor& whh_b
 }
 
 void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& whh_b, const Tensor& c0, const Tensor& cs,
-                        const Tensor& dout, const Tensor& dG, const Tensor& dh, const Tensor& dc) {
+                        const Tensor& dout, const Tensor& dG, const Tensor& dh, const Tensor& dc, bool tf32) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4, G = 4 * H;
   const int dev = act.device().index;
   const Tensor dG_b = whh_b.defined() ? empty({B, G}, {DType::BF16, act.device()}) : Tensor();
   for (int64_t t = Tn - 1; t >= 0; --t) {
     cuda::lstm_cell_backward(dG, act, c0, cs, dout, dh, dc, t, dG_b);
     if (dG_b.defined())
-      cuda::gemm(DType::BF16, dev, false, false, B, H, G, dG_b.raw_data(), G, whh_b.raw_data(), H, 0.0, dh.raw_data(),
+      cuda::gemm(DType::BF16, tf32, dev, false, false, B, H, G, dG_b.raw_data(), G, whh_b.raw_data(), H, 0.0, dh.raw_data(),
                  H);
     else
-      cuda::gemm(act.dtype(), dev, false, false, B, H, G, element_ptr(dG, t * G), Tn * G, whh.raw_data(), H, 0.0,
+      cuda::gemm(act.dtype(), tf32, dev, false, false, B, H, G, element_ptr(dG, t * G), Tn * G, whh.raw_data(), H, 0.0,
                  dh.raw_data(), H);
   }
 }
@@ -209,11 +209,12 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   Tensor whh = w_hh.detach().contiguous(), h0 = h0_in.detach().contiguous(), c0 = c0_in.detach().contiguous();
   // Mixed precision (core/autocast.h): the recurrent GEMMs multiply bf16 copies
   // of h_{t-1} (dG_t in backward) and W_hh; the cell and the state stay float32.
-  const bool bf16 = autocast_bf16(xp_in);
+  // TF32 (CUDA only): the float32 recurrent GEMMs on tensor cores, backward's too.
+  const bool bf16 = autocast_bf16(xp_in), tf32 = autocast_tf32();
   Tensor whh_b = bf16 ? whh.to(DType::BF16) : Tensor();  // for backward (and both directions on CUDA)
   Tensor hs = empty({B, Tn, H}, act.options()), cs = empty({B, Tn, H}, act.options());
   if (act.device().is_cuda()) {
-    TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, whh_b, h0, c0, hs, cs));
+    TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, whh_b, h0, c0, hs, cs, tf32));
   } else {
     Tensor whh_t = whh.t().contiguous();  // [H, 4H]: see lstm_forward_cpu
     Tensor whh_tb = bf16 ? whh_t.to(DType::BF16) : Tensor();
@@ -228,13 +229,13 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   if (autograd::needs_grad({xp_in, w_hh, h0_in, c0_in})) {
     const bool need_w = w_hh.requires_grad();
     autograd::record(op, {xp_in, w_hh, h0_in, c0_in}, {hs, hT, cT},
-                     [act, whh, whh_b, h0, c0, hs_saved = hs.detach(), cs, need_w](const TensorList& g) {
+                     [act, whh, whh_b, h0, c0, hs_saved = hs.detach(), cs, need_w, tf32](const TensorList& g) {
                        const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
                        Tensor dout = g[0].contiguous();
                        Tensor dh = clone(g[1]), dc = clone(g[2]);
                        Tensor dG = empty(act.shape(), act.options());
                        if (act.device().is_cuda()) {
-                         TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, whh_b, c0, cs, dout, dG, dh, dc));
+                         TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, whh_b, c0, cs, dout, dG, dh, dc, tf32));
                        } else {
                          dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
                            lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(),
@@ -284,7 +285,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_cudnn(const Tensor& x_in, const Te
   Tensor y = empty({B, Tn, H}, x.options()), hT = empty({B, H}, x.options()), cT = empty({B, H}, x.options());
   const bool training = autograd::needs_grad(all);
   cuda::CudnnLstmSaved saved;
-  TCN_CUDA_OP(op, saved = cuda::cudnn_lstm_forward(y, hT, cT, x, wih, whh, bih, bhh, h0, c0, training));
+  TCN_CUDA_OP(op, saved = cuda::cudnn_lstm_forward(y, hT, cT, x, wih, whh, bih, bhh, h0, c0, training, autocast_tf32()));
   if (training) {
     autograd::record(op, all, {y, hT, cT},
                      [saved, x, h0, c0, y_saved = y.detach(), wih, whh](const TensorList& g) {
