@@ -47,6 +47,10 @@ void set_threads(int n);
 // True in a racecheck build (TCN_SANITIZE=thread): ThreadSanitizer reports
 // every pair of kernel accesses that CUDA leaves unordered (cuda/emu/racecheck.h).
 bool racecheck();
+// Racecheck keeps a pool of TSan contexts, each of which TSan counts as a
+// thread: call this before fork(), or TSan sees a multi-threaded fork and
+// silences the child. A no-op in other builds.
+void before_fork();
 // Device memory of each emulated device (TCN_EMU_MEMORY_MB; default 80 GiB).
 size_t memory_limit();
 void set_memory_limit(size_t bytes);

@@ -68,11 +68,12 @@ struct StackPool {
   static size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 };
 thread_local StackPool tl_stacks;
-// Racecheck runs each block on a new OS thread (racecheck.h), one block at a
-// time: its stacks come from one pool for the process, not mapped per block.
+// Racecheck runs one block at a time (racecheck.h), some on OS threads of their
+// own: its stacks come from one pool for the process, never unmapped (a thread
+// may still unwind on them at exit).
 StackPool& stack_pool() {
   if constexpr (race::kEnabled) {
-    static StackPool* shared = new StackPool;  // never unmapped: threads may still unwind on them at exit
+    static StackPool* shared = new StackPool;
     return *shared;
   } else {
     return tl_stacks;
@@ -150,10 +151,16 @@ struct KernelFault {
 struct SharedMemory {
   unsigned char* data = nullptr;
   size_t size = 0, mapped = 0;
+  void release() {
+    if (data) munmap(data, mapped);
+    data = nullptr;
+    size = mapped = 0;
+  }
   void resize(size_t n) {
     size = n;
     if (n <= mapped) return;
-    if (data) munmap(data, mapped);
+    release();
+    size = n;
     mapped = (n + StackPool::page() - 1) / StackPool::page() * StackPool::page();
     void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
@@ -162,9 +169,7 @@ struct SharedMemory {
     }
     data = static_cast<unsigned char*>(m);
   }
-  ~SharedMemory() {
-    if (data) munmap(data, mapped);
-  }
+  ~SharedMemory() { release(); }
 };
 
 struct Block {
@@ -286,7 +291,7 @@ void run_thread(Block& b, Worker* w, int tid) {
   w->tid = tid;
   tl_worker = w;
   set_coords(b, tid);
-  s.race_context = race::thread_begin(*b.grid, b.linear, static_cast<unsigned>(tid));
+  s.race_context = race::thread_begin(*b.grid, b.linear, static_cast<unsigned>(tid), static_cast<unsigned>(b.n));
   bool trapped = false;
   try {
     b.launch->thread_body();
@@ -507,7 +512,8 @@ void order_threads(Block& b, std::vector<int>& tids) {
   }
 }
 
-void run_block(Block& b, const KernelLaunch& l, const race::Grid& grid, uint64_t linear, uint64_t launch_id) {
+void run_block(Block& b, const KernelLaunch& l, const race::Grid& grid, uint64_t linear, uint64_t launch_id,
+               const race::Ranges* tls) {
   const dim3 g = l.grid;
   b.launch = &l;
   b.grid = &grid;
@@ -527,9 +533,10 @@ void run_block(Block& b, const KernelLaunch& l, const race::Grid& grid, uint64_t
     order_threads(b, b.start_order);
   }
   b.linear = linear;
-  race::block_begin();
+  if (race::kEnabled) b.shared.release();  // mapped anew: TSan forgets an unmapped range's accesses
   b.shared.resize(std::max<size_t>(l.smem, 1));
   std::memset(b.shared.data, 0xFF, b.shared.size);  // uninitialised shared memory reads as NaN / -1
+  race::block_begin(grid, tls);
   blockIdx = b.index;
   blockDim = l.block;
   gridDim = l.grid;
@@ -639,17 +646,18 @@ std::string run_grid(const KernelLaunch& l) {
   std::atomic<bool> faulted{false};
   std::string fault;
   race::Grid grid = race::grid_begin();
+  const race::Ranges* tls = race::resettable_tls();  // racecheck: this thread's TLS, if it can be reset
   auto one = [&](uint64_t linear) {
     if (faulted.load(std::memory_order_relaxed)) return;
     tl_sentinel.touch();
     Block& b = tl_block;
-    run_block(b, l, grid, linear, id);
+    run_block(b, l, grid, linear, id, tls);
     if (b.faulted && !faulted.exchange(true)) fault = where(b) + ": " + b.fault;
   };
   const int nt = threads();
-  if constexpr (race::kEnabled) {
-    for (uint64_t i = 0; i < blocks; ++i) on_new_thread([&] { one(i); });  // fresh shared memory (racecheck.h)
-  } else if (blocks == 1 || nt <= 1) {
+  if (race::kEnabled && !tls) {  // one block at a time, each on a new OS thread (racecheck.h)
+    for (uint64_t i = 0; i < blocks; ++i) on_new_thread([&] { one(i); });
+  } else if (race::kEnabled || blocks == 1 || nt <= 1) {  // racecheck: one block at a time (racecheck.h)
     for (uint64_t i = 0; i < blocks; ++i) one(i);
   } else {
     const int64_t nb = static_cast<int64_t>(blocks);
@@ -663,5 +671,7 @@ std::string run_grid(const KernelLaunch& l) {
 bool thread_exiting() { return tl_exiting; }
 
 bool racecheck() { return race::kEnabled; }
+
+void before_fork() { race::release_contexts(); }
 
 }  // namespace tcn::emu
