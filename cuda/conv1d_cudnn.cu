@@ -14,8 +14,6 @@
 #include <tuple>
 #include <vector>
 
-#include "tcn/core/autocast.h"
-#include "tcn/core/step_graph.h"
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/cudnn.h"
 #include "tcn/cuda/devices.h"

@@ -26,7 +26,7 @@ namespace tcn::conv1d_paths {
 // or converted from bfloat16 with the bias added (mixed precision).
 ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
   const bool bf16 = s.bf16;
-  const cuda::CudnnConvMath math{.tf32 = s.tf32, .deterministic = s.deterministic};
+  [[maybe_unused]] const cuda::CudnnConvMath math{.tf32 = s.tf32, .deterministic = s.deterministic};
   const DType op_dtype = bf16 ? DType::BF16 : x.dtype();
   const int64_t Lout = geo.L + 2 * geo.left - (geo.K - 1) * geo.d;  // cuDNN pads geo.left on both sides
   Tensor xc = x.to(op_dtype).contiguous();

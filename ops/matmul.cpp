@@ -42,11 +42,11 @@ void batched_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor
   }
   // Mixed precision (core/autocast.h), on either device: bfloat16 copies of
   // both operands (contiguous: the conversion is the one copy), float32
-  // accumulation and output.
-  const bool bf16 = autocast_bf16(a), tf32 = autocast_tf32();
+  // accumulation and output. TF32 (--precision tf32) only for CUDA tensors.
+  const bool bf16 = autocast_bf16(a);
   const Tensor a_op = bf16 ? a.to(DType::BF16) : a, b_op = bf16 ? b.to(DType::BF16) : b;
   if (a.device().is_cuda())
-    TCN_CUDA_OP(op, cuda::batched_gemm(out, a_op, b_op, tf32));
+    TCN_CUDA_OP(op, cuda::batched_gemm(out, a_op, b_op, autocast_tf32()));
   else
     batched_gemm_cpu(op, a_op, b_op, out);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Racecheck (docs/emulator.md, "Racecheck"): the kernels' tests on the emulated
+# Racecheck (docs/emulator.md, "Racecheck"): the whole test suite on the emulated
 # device built with clang's ThreadSanitizer (TCN_SANITIZE=thread), which reports
 # every pair of accesses that CUDA leaves unordered.
 #

@@ -12,15 +12,21 @@
 //     grid, even when one Boost fiber runs several CUDA threads one after
 //     another; switches never synchronise (__tsan_switch_to_fiber_no_sync).
 //     The contexts are a pool of kContexts, kept from kernel to kernel:
-//     thread t of linear block b uses context (b * threads per block + t) mod
-//     kContexts. Reuse across kernels orders nothing that the kernel boundary
-//     does not order already (below); within a grid the threads of a block
-//     always have distinct contexts, and so do two blocks unless they are a
-//     multiple of kContexts / (threads per block) apart (16 for 256-thread
-//     blocks): a race between two such blocks only, thread for thread, is
-//     the one kind this cannot see. A fresh context per CUDA thread would see
-//     it, but creating tens of millions of TSan threads (the whole emulated
-//     suite) spends most of the run in TSan's thread bookkeeping;
+//     thread t of linear block b uses context (b mod (kContexts / n)) * n + t
+//     for n threads per block. Reuse across kernels orders nothing that the
+//     kernel boundary does not order already (below); within a grid the
+//     threads of a block always have distinct contexts, and so do two blocks
+//     unless they are a multiple of kContexts / n apart (16 for 256-thread
+//     blocks). Such blocks share their contexts, clocks included, so the
+//     later one counts as ordered after the earlier: a race between them is
+//     not seen. A fresh context per CUDA thread would see it, but creating
+//     tens of millions of TSan threads (the whole emulated suite) spends most
+//     of the run in TSan's thread bookkeeping. (TSan's own limit is of the
+//     same kind: its runtime has 256 slots, and a context that takes over a
+//     slot counts as ordered after the slot's earlier holders.) A report
+//     names a context by the CUDA thread it last ran, which for the earlier
+//     of the two accesses may be a later block or kernel than the one that
+//     made it;
 //   - a kernel launch: the launching context releases a per-launch object that
 //     each CUDA thread acquires when it starts; each thread releases a second
 //     object at its end, which the launching context acquires when the grid is
@@ -53,6 +59,9 @@
 #include <cstddef>
 
 #if TCN_EMU_RACECHECK
+#if !defined(__x86_64__)
+#error "racecheck's address ranges (TSan's high application memory) are x86-64's"
+#endif
 #include <link.h>
 #include <sanitizer/tsan_interface.h>
 
@@ -94,6 +103,9 @@ inline void grid_end(Grid& g) {
 }
 
 // ---- a block's shared memory starts with no history -------------------------------------
+// (The pool, the window and the stack pool of scheduler.cpp are shared without
+// locks: the emulator runs one grid at a time, under its queue's mutex, the
+// blocks one after another.)
 // The "Java heap" that TSan is told of: a window around the static TLS of the
 // first thread that runs a block. Kept small because a report on an address
 // inside it that is in no "allocation" makes TSan search it backwards, 8 bytes
@@ -139,6 +151,7 @@ inline const Ranges* resettable_tls() {
     w.begin -= kMargin, w.end = std::min(w.end + kMargin, 0x800000000000ul);
     __tsan_java_init(w.begin, w.end - w.begin);
   }
+  if (tls.empty()) return nullptr;  // nothing found to reset: the safe way
   for (const auto& [a, e] : tls)
     if (a < w.begin || e > w.end) return nullptr;
   return &tls;
@@ -178,7 +191,8 @@ inline void release_contexts() {
 // A CUDA thread starts (called on its fiber stack, from the scheduler's
 // context); returns its TSan context, now current.
 inline void* thread_begin(const Grid& g, uint64_t block, unsigned tid, unsigned block_threads) {
-  void*& f = contexts()[(block * block_threads + tid) % kContexts];
+  // Blocks a multiple of kContexts / block_threads apart share, thread for thread.
+  void*& f = contexts()[block % (kContexts / block_threads) * block_threads + tid];
   if (!f) f = __tsan_create_fiber(0);
   char name[48];
   std::snprintf(name, sizeof name, "CUDA block %llu thread %u", static_cast<unsigned long long>(block), tid);
