@@ -113,6 +113,9 @@ inline void grid_end(Grid& g) {
 struct Window {
   unsigned long begin = 0, end = 0;
 };
+// TSan's high application memory on x86-64 (thread stacks, static TLS, mappings);
+// below it, TSan's own heap.
+constexpr unsigned long kHighMemBegin = 0x7e8000000000ul, kHighMemEnd = 0x800000000000ul;
 inline Window& window() {
   static Window w;
   return w;
@@ -129,7 +132,7 @@ inline Ranges static_tls() {
       [](dl_phdr_info* info, size_t, void* out) {
         for (int i = 0; i < info->dlpi_phnum; ++i) {
           const auto p = reinterpret_cast<unsigned long>(info->dlpi_tls_data);
-          if (info->dlpi_phdr[i].p_type != PT_TLS || !p || p < 0x7e8000000000ul) continue;  // below: TSan's heap
+          if (info->dlpi_phdr[i].p_type != PT_TLS || !p || p < kHighMemBegin) continue;
           static_cast<Ranges*>(out)->emplace_back(p & ~7ul, (p + info->dlpi_phdr[i].p_memsz + 7) & ~7ul);
         }
         return 0;
@@ -148,7 +151,7 @@ inline const Ranges* resettable_tls() {
     constexpr unsigned long kMargin = 64ul << 20;
     w.begin = tls.front().first, w.end = tls.front().second;
     for (const auto& [a, e] : tls) w.begin = std::min(w.begin, a), w.end = std::max(w.end, e);
-    w.begin -= kMargin, w.end = std::min(w.end + kMargin, 0x800000000000ul);
+    w.begin -= kMargin, w.end = std::min(w.end + kMargin, kHighMemEnd);
     __tsan_java_init(w.begin, w.end - w.begin);
   }
   if (tls.empty()) return nullptr;  // nothing found to reset: the safe way

@@ -157,10 +157,11 @@ struct SharedMemory {
     size = mapped = 0;
   }
   void resize(size_t n) {
+    if (n > mapped) map(n);
     size = n;
-    if (n <= mapped) return;
+  }
+  void map(size_t n) {
     release();
-    size = n;
     mapped = (n + StackPool::page() - 1) / StackPool::page() * StackPool::page();
     void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
