@@ -17,7 +17,8 @@ if [ $# -eq 0 ]; then
   # tutorial's programs (tutorial_*) and the task trainers (task_*).
   echo "== command-line checks, tutorial and task programs (ctest -E tcn_tests)"
   log="$BUILD_DIR/ctest.log"
-  if ! ctest --test-dir "$BUILD_DIR" -E '^tcn_tests$' --output-on-failure >"$log" 2>&1; then
+  # -j: these are separate programs (each in its own temporary directory), mostly one thread each.
+  if ! ctest --test-dir "$BUILD_DIR" -j"$(nproc)" -E '^tcn_tests$' --output-on-failure >"$log" 2>&1; then
     cat "$log"
     exit 1
   fi

@@ -8,11 +8,11 @@
 #       ... and fail unless every kernel that file lists (the launches of a full
 #       emulated run, TCN_EMU_LAUNCHES) also ran here.
 #
-# What runs: the whole emulated suite (tcn_tests, in two processes: the
-# device-language suite with the planted races, which must be caught, runs in
-# one of its own, since TSan silences a forked child once the process has other
-# threads), then every other ctest entry (the command-line checks, the tutorial
-# and task programs) built the same way. One thread order (forward): TSan
+# What runs: the whole emulated suite (tcn_tests, in three processes, two at a
+# time: the device-language suite with the planted races, which must be caught,
+# runs in one of its own, since TSan silences a forked child once the process has
+# other threads), then every other ctest entry (the command-line checks, the
+# tutorial and task programs) built the same way, as many at once as cores. One thread order (forward): TSan
 # reasons about happens-before, not about the order the threads ran in.
 # Any report fails the run (halt_on_error).
 set -euo pipefail
@@ -39,15 +39,35 @@ launches="$PWD/$BUILD/racecheck_launches.txt"
 rm -f "$launches"
 export TCN_EMU_LAUNCHES="$launches"
 
-echo "== racecheck: the device language (planted races included), in a process of its own"
-"$BUILD/tests/tcn_tests" -sf='*test_device*'
-echo "== racecheck: the rest of tcn_tests"
-"$BUILD/tests/tcn_tests" -sfe='*test_device*'
+# tcn_tests runs on one thread here, so it runs as two lanes at once, one per
+# core, each a sequence of processes: the device-language suite (in a process of
+# its own: the planted races fork) then test_cuda_train.cpp, the heaviest file;
+# and everything else. The file filters are complements: every test runs once.
+part() {  # name doctest-filter...: one tcn_tests process, its output in $BUILD/racecheck_NAME.log
+  local name=$1
+  shift
+  if "$BUILD/tests/tcn_tests" "$@" >"$BUILD/racecheck_$name.log" 2>&1; then
+    echo "racecheck: tcn_tests $*: $(grep -E '^\[doctest\] test cases' "$BUILD/racecheck_$name.log")"
+  else
+    cat "$BUILD/racecheck_$name.log"
+    echo "racecheck: tcn_tests $* FAILED (log: $BUILD/racecheck_$name.log)"
+    return 1
+  fi
+}
+echo "== racecheck: tcn_tests in two lanes (the device language with its planted races, then test_cuda_train; the rest)"
+(part device -sf='*test_device*' && part cuda_train -sf='*test_cuda_train*') &
+lane1=$!
+part rest -sfe='*test_device*,*test_cuda_train*' &
+lane2=$!
+failed=0
+wait "$lane1" || failed=1
+wait "$lane2" || failed=1
+[ "$failed" -eq 0 ] || exit 1
 echo "== racecheck: every other ctest entry (command-line checks, tutorial and task programs)"
 # Except cli_write_errors: its 1 KiB file-size limit (ulimit -f) kills TSan's
 # own runtime (SIGBUS), and it trains on the CPU device only (no kernel).
 log="$BUILD/racecheck_ctest.log"
-if ! ctest --test-dir "$BUILD" -E '^(tcn_tests|cli_write_errors)$' --output-on-failure >"$log" 2>&1; then
+if ! ctest --test-dir "$BUILD" -j"$(nproc)" -E '^(tcn_tests|cli_write_errors)$' --output-on-failure >"$log" 2>&1; then
   cat "$log"
   exit 1
 fi

@@ -8,8 +8,11 @@
 // streams that lack a dependency (docs/emulator.md). All state sits behind one
 // mutex and is never destroyed, so a caching allocator that frees its blocks
 // at exit still finds it.
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -389,11 +392,16 @@ void print_stats_at_exit() {
 void write_launch_sizes_at_exit() {
   State& s = st();
   Lock lock(s.mu);
-  if (FILE* f = std::fopen(s.launches_file.c_str(), "a")) {
-    for (const auto& [name, size] : s.launch_sizes)
-      std::fprintf(f, "%s %llu %zu\n", name.c_str(), static_cast<unsigned long long>(size.first), size.second);
-    std::fclose(f);
-  }
+  // One write() on an O_APPEND descriptor: test programs that run at once (ctest -j) add their
+  // lines whole, never interleaved mid-line as buffered stdio could.
+  std::string text;
+  for (const auto& [name, size] : s.launch_sizes)
+    text += name + " " + std::to_string(size.first) + " " + std::to_string(size.second) + "\n";
+  const int fd = ::open(s.launches_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (!ok) std::fprintf(stderr, "tcn-emu: TCN_EMU_LAUNCHES=%s: cannot append: %s\n", s.launches_file.c_str(),
+                        std::strerror(errno));
+  if (fd >= 0) ::close(fd);
 }
 
 // "tcn::cuda::map_kernel<T, K>" -> "map_kernel": what the compiler's report is joined on.

@@ -505,10 +505,12 @@ bool release_barrier(Block& b, std::vector<int>& out) {
   return true;
 }
 
+// `tids` arrive in ascending order (the start list, release_warps and release_barrier all
+// walk the threads upwards), so forward keeps them and reverse turns them round: no sort.
 void order_threads(Block& b, std::vector<int>& tids) {
   switch (order()) {
-    case Order::Forward: std::sort(tids.begin(), tids.end()); break;
-    case Order::Reverse: std::sort(tids.rbegin(), tids.rend()); break;
+    case Order::Forward: break;
+    case Order::Reverse: std::reverse(tids.begin(), tids.end()); break;
     case Order::Random: std::shuffle(tids.begin(), tids.end(), b.rng); break;
   }
 }
