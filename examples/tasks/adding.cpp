@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     tasks::check("--seq_len", seq_len, 2, kMaxSeqLen);
     tasks::check_common_flags(o);
     task.inputs = 2, task.outputs = 1;
-    (void)tasks::tcn_options(task);  // a bad --tcn fails before the data is made
+    const tasks::RunPlan plan = tasks::plan_run(task);  // bad input fails before the data is made
     Generator data = tasks::data_generator(o.seed);
     std::printf("adding: producing %lld training and %lld test sequences of length %lld...\n",
                 static_cast<long long>(o.train_size), static_cast<long long>(o.test_size),
@@ -69,6 +69,6 @@ int main(int argc, char** argv) {
       s.loss_sum += tasks::mse_last(model, b).item() * static_cast<double>(b.size());
       s.loss_count += b.size();
     };
-    return tasks::train(task);
+    return tasks::train(task, plan);
   });
 }

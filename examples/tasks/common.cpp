@@ -184,6 +184,8 @@ Tensor mse_last(const TaskTCN& model, const Dataset& b) {
   return mean(mul(d, d));
 }
 
+namespace {
+
 nn::TCNOptions tcn_options(const TaskSetup& t) {
   const CommonOptions& o = t.opts;
   nlohmann::json j = nn::TemporalConvNet::options(t.inputs, std::vector<int64_t>(static_cast<size_t>(o.levels), o.nhid),
@@ -209,17 +211,26 @@ nn::TCNOptions tcn_options(const TaskSetup& t) {
   }
 }
 
-int train(TaskSetup& t) {
+}  // namespace
+
+RunPlan plan_run(const TaskSetup& t) {
   const CommonOptions& o = t.opts;
-  const char* prog = t.program;
-  const Device device = charlm::resolve_device(o.device, prog);
-  const std::string metrics = o.metrics.empty() ? "runs/" + std::string(prog) + ".csv" : o.metrics;
+  const Device device = charlm::resolve_device(o.device, t.program);
+  const std::string metrics = o.metrics.empty() ? "runs/" + std::string(t.program) + ".csv" : o.metrics;
   charlm::check_output_path("--metrics", metrics);
   if (!o.save_init.empty()) charlm::check_output_path("--save_init", o.save_init);
   if (!o.dump_batches.empty()) charlm::check_output_path("--dump_batches", o.dump_batches);
+  return RunPlan{.device = device, .metrics = metrics, .tcn = tcn_options(t)};
+}
+
+int train(TaskSetup& t, const RunPlan& plan) {
+  const CommonOptions& o = t.opts;
+  const char* prog = t.program;
+  const Device& device = plan.device;
+  const std::string& metrics = plan.metrics;
+  const nn::TCNOptions& topts = plan.tcn;
 
   Generator init = init_generator(o.seed), drop = dropout_generator(o.seed);
-  const nn::TCNOptions topts = tcn_options(t);
   TaskTCN model(topts, t.outputs, init, drop);
   const int64_t n = t.train.size(), B = o.batch_size;
   const int64_t per_epoch = (n + B - 1) / B;  // the last batch may be shorter, as in the reference

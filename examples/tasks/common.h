@@ -97,10 +97,19 @@ struct TaskSetup {
   std::function<void(TaskTCN&)> finish;
 };
 
-// The TCN a task trains: locuslab's configuration from --levels, --nhid,
-// --ksize and --dropout, then the task's tcn_defaults, then --tcn. An error
-// names --tcn when its JSON or an option in it is bad.
-tcn::nn::TCNOptions tcn_options(const TaskSetup& task);
+// What the command line decides beyond each flag's range, checked before any
+// data is made or read, so a bad run fails in a moment and loses nothing:
+// the device (cpu, cuda[:N], auto), the output paths (--metrics, --save_init,
+// --dump_batches) and the TCN: locuslab's configuration from --levels, --nhid,
+// --ksize and --dropout, then the task's tcn_defaults, then --tcn (an error
+// names --tcn when its JSON or an option in it is bad). A program calls it
+// once its TaskSetup's inputs, outputs and tcn_defaults are set.
+struct RunPlan {
+  tcn::Device device;
+  std::string metrics;  // the CSV's path: --metrics, or runs/<program>.csv
+  tcn::nn::TCNOptions tcn;
+};
+RunPlan plan_run(const TaskSetup& task);
 
 // The mean squared error of the model's outputs at the last step against
 // y [B, K] (the adding problem's sum, the forecaster's K steps ahead).
@@ -110,7 +119,7 @@ tcn::Tensor mse_last(const TaskTCN& model, const Dataset& b);
 // (batches in order, the last one possibly shorter, a clip if --clip > 0),
 // prints progress, evaluates the test set at every epoch's end, writes the
 // metrics CSV. A non-finite loss stops the run with an error naming its step.
-int train(TaskSetup& task);
+int train(TaskSetup& task, const RunPlan& plan);
 
 // The generators of a run, each its own Philox stream from --seed: model init,
 // dropout masks, data. (Different keys, so they never overlap.)

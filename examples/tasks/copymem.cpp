@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     tasks::check("--iters", iters, 1, 1000000000000);
     tasks::check_common_flags(o);
     task.inputs = 1, task.outputs = kClasses;
-    (void)tasks::tcn_options(task);  // a bad --tcn fails before the data is made
+    const tasks::RunPlan plan = tasks::plan_run(task);  // bad input fails before the data is made
     Generator data = tasks::data_generator(o.seed);
     std::printf("copymem: producing %lld training and %lld test sequences (%lld digits, blank %lld, %lld steps)...\n",
                 static_cast<long long>(o.train_size), static_cast<long long>(o.test_size),
@@ -93,6 +93,6 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < pred.size(); ++k) s.correct += pred[k] == want[k];
       s.scored += n;
     };
-    return tasks::train(task);
+    return tasks::train(task, plan);
   });
 }

@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     tasks::check_real("--test_fraction", test_fraction, 0, 1, true, true);
     if (!predictions.empty()) charlm::check_output_path("--predictions", predictions);
     task.inputs = 1, task.outputs = horizon;
-    (void)tasks::tcn_options(task);  // a bad --tcn fails before the data is read
+    const tasks::RunPlan plan = tasks::plan_run(task);  // bad input fails before the data is read
     const Series s = read_series(data);
     const auto& v = s.values;
     const int64_t n = static_cast<int64_t>(v.size()), W = window, H = horizon, P = season;
@@ -274,6 +274,6 @@ int main(int argc, char** argv) {
       std::printf("forecast: wrote %s (%lld test forecasts x %lld horizons)\n", predictions.c_str(),
                   static_cast<long long>(Nte), static_cast<long long>(H));
     };
-    return tasks::train(task);
+    return tasks::train(task, plan);
   });
 }
