@@ -9,6 +9,10 @@
 // Everywhere: how the settings choose a path where cuDNN cannot run (the
 // emulated device in CI): auto falls back to the GEMM path with identical
 // results, an explicit cudnn is an error naming the reason.
+//
+// TCN_REQUIRE_CUDNN=1 (tools/device_check.sh on a GPU) turns a cuDNN that did
+// not load into failures instead of skips: every GPU case runs, and the first
+// case says why cuDNN is missing.
 #include "tcn/core/autocast.h"
 #include "tcn/core/backends.h"
 #include "tcn/core/step_graph.h"
@@ -20,6 +24,9 @@
 #include "cuda_compare.h"
 #include "helpers.h"
 
+#include <cstdlib>
+#include <cstring>
+
 using namespace tcn;
 using tcn::test::Backends;
 using tcn::test::compare;
@@ -30,7 +37,13 @@ using tcn::test::rand_tensor;
 namespace {
 
 const Device kCuda = Device::cuda(0);
-const bool kNoCudnn = !cuda::cudnn_available();
+const bool kHaveCudnn = cuda::cudnn_available();
+const bool kRequireCudnn = [] {
+  const char* v = std::getenv("TCN_REQUIRE_CUDNN");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}();
+// The GPU cases skip themselves where cuDNN is missing, unless it is required.
+const bool kNoCudnn = !kHaveCudnn && !kRequireCudnn;
 
 // Causal (left = (K-1)d, the TCN's) and centred (left = (K-1)d/2) convolutions.
 struct ConvCase {
@@ -78,8 +91,13 @@ TEST_CASE("where cuDNN cannot run, the reason is given, and it is never availabl
   CHECK(cuda::cudnn_available() == why.empty());
 }
 
+TEST_CASE("cuDNN loads where the run requires it (TCN_REQUIRE_CUDNN=1)" * doctest::skip(!kRequireCudnn)) {
+  INFO("cuDNN required but unavailable: ", cuda::cudnn_unavailable_reason());
+  CHECK(cuda::cudnn_available());
+}
+
 TEST_CASE("without cuDNN: conv1d auto is the GEMM path bit for bit; cudnn is an error naming the reason" *
-          doctest::skip(!cuda::is_available() || !kNoCudnn)) {
+          doctest::skip(!cuda::is_available() || kHaveCudnn)) {
   const ConvCase c = kConvCases[0];
   const TensorList in = conv_inputs(c, 1);
   const Tensor x = in[0].to(kCuda), w = in[1].to(kCuda), b = in[2].to(kCuda);
@@ -100,7 +118,7 @@ TEST_CASE("without cuDNN: conv1d auto is the GEMM path bit for bit; cudnn is an 
 }
 
 TEST_CASE("without cuDNN: the cuDNN LSTM layer is an error naming the reason" *
-          doctest::skip(!cuda::is_available() || !kNoCudnn)) {
+          doctest::skip(!cuda::is_available() || kHaveCudnn)) {
   const int64_t B = 2, T = 3, I = 4, H = 5;
   auto r = [&](Shape s, uint64_t seed) { return rand_tensor(s, seed, false, -1, 1, DType::F32).to(kCuda); };
   CHECK_THROWS_WITH_AS(

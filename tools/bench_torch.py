@@ -36,6 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from models import LSTMCharLM, TCNCharLM  # noqa: E402
 from models_lean import lean_forward  # noqa: E402
+from torch_compat import tf32_state  # noqa: E402
 
 
 def log(msg):
@@ -184,10 +185,8 @@ def main(argv=None):
            n_params, device,
            " (%s)" % gpu if gpu else "",
            torch.get_num_threads(), args.batch_size, args.seq_len,
-           ", cudnn %s (benchmark %s), tf32 matmul %s / cudnn %s" % (torch.backends.cudnn.version(),
-                                                       torch.backends.cudnn.benchmark,
-                                                       torch.backends.cuda.matmul.allow_tf32,
-                                                       torch.backends.cudnn.allow_tf32)
+           ", cudnn %s (benchmark %s), tf32 matmul %s / cudnn %s" % ((torch.backends.cudnn.version(),
+                                                        torch.backends.cudnn.benchmark) + tf32_state())
            if gpu else ""))
 
     loss = float("nan")
@@ -224,8 +223,8 @@ def main(argv=None):
         "device": str(device),
         "gpu": gpu,
         "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "tf32_matmul": tf32_state()[0],
+        "tf32_cudnn": tf32_state()[1],
         "cudnn_benchmark": torch.backends.cudnn.benchmark if device.type == "cuda" else None,
         "compile": args.compile,
         "batch_size": args.batch_size,

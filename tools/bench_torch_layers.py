@@ -8,6 +8,7 @@ issue 28777). Same table layout as bench_cudnn, so the two print side by side.
     python3 tools/bench_torch_layers.py --device cuda --precision all
 """
 import argparse
+import os
 import sys
 import time
 
@@ -24,6 +25,8 @@ def main():
         import torch
     except ImportError as e:
         sys.exit(f"bench_torch_layers: error: PyTorch is not importable ({e})")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
+    from torch_compat import set_tf32  # the TF32 switch of PyTorch 1.13 and 2.x alike
     if not torch.cuda.is_available():
         sys.exit("bench_torch_layers: error: no GPU visible to PyTorch")
     dev = torch.device(a.device)
@@ -43,9 +46,7 @@ def main():
     def settings(prec, deterministic):
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.deterministic = deterministic
-        tf32 = prec == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+        set_tf32(prec == "tf32")
 
     precisions = ["fp32", "tf32", "bf16"] if a.precision == "all" else [a.precision]
     print("\n| layer | precision | PyTorch ms | PyTorch deterministic ms | deterministic / not |\n|---|---|---|---|---|")

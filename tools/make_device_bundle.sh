@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Assembles what the lent GPU machine runs, here, and proves it starts there.
 #
-#   scripts/setup.sh                 (once: packages, patchelf included, and build/)
+#   scripts/setup.sh                 (once: packages, patchelf included, and build/;
+#                                     TCN_CUDA=AUTO compiles the CUDA backend where nvcc is)
 #   tools/make_device_bundle.sh      then the one device call (docs/device_check.md):
 #     run(command="tools/device_check.sh", carry=["device_bundle"], timeout_s=540)
 #
 # 1. Build: the Release CUDA build scripts/setup.sh made (BUILD, default build/;
-#    CI's own), brought up to date for the four programs the device check runs.
+#    CI's own; TCN_CUDA=ON, or AUTO where it found nvcc), brought up to date for
+#    the four programs the device check runs.
 #    Its CUDA code is compiled for sm_90 (TCN_CUDA_ARCHS, the H100's and the
 #    H200's), and files it reads at run time (tests/golden/, tools/bench_torch.py)
 #    are looked up under $TCN_SOURCE_DIR, which the device check sets to the
@@ -16,9 +18,11 @@
 #      libopenblas.so.0, libdnnl.so.3, libgomp.so.1, ...
 #                                 every shared library they need except CUDA's own
 #                                 (libcudart, libcublas, libcublasLt, libcuda,
-#                                 libcudnn, libnccl: the device's) and glibc's
-#      fallback/libstdc++.so.6, fallback/libgcc_s.so.1
-#                                 used only where the device's own are older
+#                                 libcudnn, libnccl: the device's), glibc's and
+#                                 the GCC runtime's (libstdc++, libgcc_s: the
+#                                 device's, which must be as new as BUILD_INFO's
+#                                 "needs" line says; a copy of this machine's
+#                                 would need this machine's glibc anyway)
 #      ptb/ptb.{train,valid,test}.txt   the whole Penn Treebank (for the stretch
 #                                 training run and the loss checks)
 #      ref/                       the CPU's side of the loss checks, computed here:
@@ -57,9 +61,13 @@ die() { echo "make_device_bundle: error: $*" >&2; exit 1; }
 
 command -v patchelf >/dev/null || die "patchelf is missing (scripts/setup.sh installs it; or apt-get install -y patchelf)"
 [ -f "$PTB/ptb.train.txt" ] || die "no PTB corpus (set PTB=DIR with ptb.{train,valid,test}.txt, or run scripts/get_data.sh)"
-[ -f "$BUILD/CMakeCache.txt" ] || die "no build in $BUILD/: run scripts/setup.sh with CMAKE_ARGS=-DTCN_CUDA=ON first"
-grep -q '^TCN_CUDA:STRING=ON$' "$BUILD/CMakeCache.txt" ||
-  die "$BUILD/ is not a CUDA build (configure it with -DTCN_CUDA=ON: AUTO may have fallen back to the CPU)"
+[ -f "$BUILD/CMakeCache.txt" ] || die "no build in $BUILD/: run scripts/setup.sh first"
+# TCN_CUDA_BUILT is what configuring decided: ON where TCN_CUDA=ON, or AUTO found nvcc and the toolkit.
+# Configure again first (seconds), so that the cache says what this tree's CMakeLists.txt decides.
+cmake -S . -B "$BUILD" >"$BUILD/bundle-configure.log" 2>&1 || { tail -n 20 "$BUILD/bundle-configure.log"; die "configuring $BUILD/ failed"; }
+built=$(sed -n 's/^TCN_CUDA_BUILT:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+[ "$built" = ON ] ||
+  die "$BUILD/ does not compile the CUDA backend (TCN_CUDA=$(sed -n 's/^TCN_CUDA:STRING=//p' "$BUILD/CMakeCache.txt"), built: ${built:-unknown}): nvcc was not found under /usr/local/cuda; install the CUDA toolkit, or configure with -DTCN_CUDA=ON to see why"
 grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$BUILD/CMakeCache.txt" || die "$BUILD/ is not a Release build"
 archs=$(sed -n 's/^TCN_CUDA_ARCHS:STRING=//p' "$BUILD/CMakeCache.txt")
 [[ ";$archs;" == *";90;"* || ";$archs;" == *";90a;"* ]] ||
@@ -76,7 +84,7 @@ for b in "${BINS[@]}"; do [ -x "$b" ] || die "missing $b"; done
 echo "== assemble $BUNDLE/"
 grep -qx '/device_bundle/' .gitignore || die "/device_bundle/ is not in .gitignore"
 rm -rf "$BUNDLE"
-mkdir -p "$BUNDLE/fallback" "$BUNDLE/ptb" "$BUNDLE/ref"
+mkdir -p "$BUNDLE/ptb" "$BUNDLE/ref"
 is_cuda() { case "$1" in libcudart.so*|libcublas.so*|libcublasLt.so*|libcuda.so*|libcudnn*.so*|libnvrtc*.so*|libnccl.so*) return 0;; esac; return 1; }
 is_glibc() { case "$1" in linux-vdso.so*|ld-linux-x86-64.so*|libc.so.6|libm.so.6|libdl.so.2|libpthread.so.0|librt.so.1|libresolv.so.2|libutil.so.1) return 0;; esac; return 1; }
 is_gcc_rt() { case "$1" in libstdc++.so.6|libgcc_s.so.1) return 0;; esac; return 1; }
@@ -86,12 +94,12 @@ for b in "${BINS[@]}"; do
   deps=$(ldd "$b")
   if [[ $deps == *"not found"* ]]; then echo "$deps"; die "$b has unresolved libraries here"; fi
   while read -r name path; do
-    if is_cuda "$name" || is_glibc "$name"; then continue; fi
+    if is_cuda "$name" || is_glibc "$name" || is_gcc_rt "$name"; then continue; fi
     libs[$name]=$path
   done < <(awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$deps")
 done
 for name in "${!libs[@]}"; do
-  if is_gcc_rt "$name"; then dest=$BUNDLE/fallback/$name; else dest=$BUNDLE/$name; fi
+  dest=$BUNDLE/$name
   cp -L "${libs[$name]}" "$dest"
   chmod 644 "$dest"
   patchelf --set-rpath '$ORIGIN' "$dest"
@@ -138,6 +146,14 @@ git ls-files -co --exclude-standard -- CMakeLists.txt core ops autograd nn cuda 
   echo "glibc $(ldd --version | head -1 | grep -o '[0-9.]*$')"
   need() { objdump -T "${BINS[@]}" "$BUNDLE"/*.so* 2>/dev/null | grep -o "$1"'_[0-9.]*' | sort -uV | tail -1; }
   echo "needs $(need GLIBC) $(need GLIBCXX) $(need CXXABI)"
+  # The glibc floor, and the files that set it (OpenMPI's libevent_core asks for GLIBC_2.36: a build with
+  # -DTCN_MPI=OFF, which the device check never needs, leaves it out).
+  floor=$(need GLIBC)
+  setters=$(for f in "${BINS[@]}" "$BUNDLE"/*.so*; do
+    if objdump -T "$f" 2>/dev/null | grep -q "${floor}[^.0-9]"; then basename "$f"; fi
+  done | tr '\n' ' ')
+  echo "glibc floor $floor, set by ${setters% }"
+  echo "mpi $(grep -q 'libmpi' <<<"${!libs[*]}" && echo "carried (build with -DTCN_MPI=OFF to leave it and its glibc needs out)" || echo "not carried")"
 } >"$BUNDLE/BUILD_INFO"
 sed 's/^/   /' "$BUNDLE/BUILD_INFO"
 
@@ -163,7 +179,7 @@ for bin in tcn_tests charlm bench_cudnn tcn_ckpt; do
     elif is_glibc "$name" || [[ $line != *"=>"* ]]; then
       verdict="ok: glibc"
     elif is_gcc_rt "$name"; then
-      verdict="ok: GCC runtime, the system's (fallback/ in the bundle)"
+      verdict="ok: GCC runtime, the system's"
     else
       verdict="OUTSIDE THE BUNDLE"; bad=1
     fi

@@ -28,7 +28,7 @@ from collections import OrderedDict
 
 import torch
 import torch.nn as nn
-from torch.nn.utils import weight_norm
+from torch_compat import weight_norm  # torch.nn.utils.weight_norm on 1.13 and 2.x alike
 
 
 class Chomp1d(nn.Module):
