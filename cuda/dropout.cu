@@ -7,6 +7,7 @@
 #include "tcn/cuda/context.cuh"
 #include "tcn/cuda/device.cuh"
 #include "tcn/cuda/kernels.h"
+#include "tcn/ops/functors.h"
 
 namespace tcn::cuda {
 
@@ -94,7 +95,7 @@ __global__ void dropout_add_relu_fwd_kernel(T* z, const T* x, Strided3 xs, const
     const T xi = x[xs.offset(i)];
     const bool k = (bits >> 8) >= threshold && xi > T(0);
     const T s = add_rn(mul_rn(xi, static_cast<T>(k) * scale), res[rs.offset(i)]);
-    z[i] = s > T(0) ? s : T(0);
+    z[i] = fn::Relu{}.fwd(s);  // NaN stays NaN
   });
 }
 
@@ -105,7 +106,7 @@ __global__ void dropout_add_relu_bwd_kernel(T* dx, T* dres, const T* g, Strided3
                                             const T* z, int64_t n, uint64_t seed, uint64_t start0, const double* base,
                                             uint32_t threshold, T scale) {
   for_each_philox_element(n, seed, philox_start(start0, base), true, [&](int64_t i, uint32_t bits) {
-    const T gz = z[i] > T(0) ? g[gs.offset(i)] : T(0);
+    const T gz = fn::Relu{}.bwd(g[gs.offset(i)], T(0), z[i]);
     const bool k = (bits >> 8) >= threshold && x[xs.offset(i)] > T(0);
     dres[i] = gz;
     dx[i] = gz * (static_cast<T>(k) * scale);

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
                   m.model->config_json().dump().c_str(), m.vocab.size(),
                   static_cast<long long>(m.model->num_parameters()));
     } else if (cmd == "tcn-init" && argc == 5) {
-      const auto opts = nn::TCNOptions::from_json(nlohmann::json::parse(argv[2]));
+      const auto opts = nn::TCNOptions::from_json(nn::TCNOptions::parse(argv[2], "tcn_ckpt: the options"));
       Generator init(std::strtoull(argv[3], nullptr, 10)), drop(0);
       nn::TCN tcn(opts, init, drop);
       nn::save_module(argv[4], tcn, {{"kwargs", opts.to_json().dump()}});
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       const nn::SafetensorsContents ckpt = nn::load_safetensors(argv[2]);
       TCN_CHECK(ckpt.metadata.count("kwargs"), argv[2], ": no \"kwargs\" in its metadata (the TCN's options)");
       Generator init(0), drop(0);
-      nn::TCN tcn(nn::TCNOptions::from_json(nlohmann::json::parse(ckpt.metadata.at("kwargs"))), init, drop);
+      nn::TCN tcn(nn::TCNOptions::from_json(nn::TCNOptions::parse(ckpt.metadata.at("kwargs"), std::string(argv[2]) + ": kwargs")), init, drop);
       nn::load_module(ckpt, tcn);
       tcn.eval();
       autograd::NoGrad ng;

@@ -1,5 +1,7 @@
 #include "tcn/nn/import.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -15,6 +17,23 @@ namespace tcn::nn {
 namespace {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// A conv saved without weight norm, as weight norm's (v, g) with the same function: v = weight, g = each
+// output channel's norm. A channel that is all zeros (norm under 1e-30) would give 0/0 in weight norm's
+// forward: there v becomes a unit vector and g = 0, so the weight is 0 there too and training can move it.
+std::pair<Tensor, Tensor> weight_norm_split(const Tensor& w) {
+  Tensor g = norm_except_dim0(w);
+  const std::vector<double> norms = g.to(DType::F64).contiguous().to_vector<double>();
+  if (std::all_of(norms.begin(), norms.end(), [](double n) { return n > 1e-30; })) return {w, g};
+  const int64_t C = w.size(0), per = w.numel() / C;
+  std::vector<double> v = w.to(DType::F64).contiguous().to_vector<double>(), gv = norms;
+  for (int64_t c = 0; c < C; ++c) {
+    if (norms[static_cast<size_t>(c)] > 1e-30) continue;
+    std::fill(v.begin() + c * per, v.begin() + (c + 1) * per, 1.0 / std::sqrt(static_cast<double>(per)));
+    gv[static_cast<size_t>(c)] = 0.0;
+  }
+  return {from_vector(v, w.shape()).to(w.dtype()), from_vector(gv, g.shape()).to(g.dtype())};
+}
 
 bool same_values(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
@@ -36,15 +55,8 @@ bool network_level(const std::string& name, int64_t* level, std::string* rest) {
 
 // Our name for one of the file's names, and the variant it was written in ("" when it is ours).
 std::pair<std::string, std::string> our_name(const std::string& name, const std::string& kind) {
-  std::string n = name, variant;
-  const std::string pg = ".parametrizations.weight.original";
-  if (const size_t p = n.rfind(pg); p != std::string::npos && p + pg.size() + 1 == n.size()) {
-    const char which = n.back();
-    if (which == '0' || which == '1') {
-      n = n.substr(0, p) + (which == '0' ? ".weight_g" : ".weight_v");
-      variant = "weight norm as a parametrization (PyTorch >= 2.1)";
-    }
-  }
+  std::string n = weight_norm_name(name), variant;
+  if (n != name) variant = "weight norm as a parametrization (PyTorch >= 2.1)";
   int64_t level = 0;
   std::string rest;
   if (kind == "tcn" && network_level(n, &level, &rest)) {
@@ -119,8 +131,9 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
                 ", a conv weight is [out, in, kernel]");
       const std::string from = it->second.second;
       it = ours.erase(it);
-      ours.emplace(stem + "weight_v", std::make_pair(w, from));
-      ours.emplace(stem + "weight_g", std::make_pair(norm_except_dim0(w), from + " (its norms)"));
+      const auto [v, g] = weight_norm_split(w);
+      ours.emplace(stem + "weight_v", std::make_pair(v, from));
+      ours.emplace(stem + "weight_g", std::make_pair(g, from + " (its norms)"));
       variants.insert("convs without weight norm (weight_g set to each channel's norm)");
       continue;
     }

@@ -1,5 +1,6 @@
 #include "tcn/nn/module.h"
 
+#include <cmath>
 #include <algorithm>
 
 namespace tcn::nn {
@@ -110,6 +111,16 @@ void Module::to(DType dtype) {
   TCN_CHECK(is_floating(dtype), "Module::to: parameters must stay floating point, got ", dtype);
   // An integer buffer (a counter) keeps its dtype: returned as is, it is left alone.
   repoint([dtype](const Tensor& t) { return is_floating(t.dtype()) ? t.to(dtype) : t; });
+}
+
+void check_finite_state(const Module& m, const std::string& where) {
+  for (const auto& [name, t] : m.named_state()) {
+    if (!is_floating(t.dtype())) continue;
+    const std::vector<double> v = t.detach().to(Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i)
+      TCN_CHECK(std::isfinite(v[i]), where, ": tensor '", name, "' holds a non-finite value (", v[i], " at element ",
+                i, " of ", t.shape(), "): the model is broken, refusing to use it");
+  }
 }
 
 }  // namespace tcn::nn

@@ -87,4 +87,10 @@ class Module {
   bool training_ = true;
 };
 
+// Fails, naming the tensor, the first element and its value, when a parameter or a
+// floating-point buffer of `m` holds a NaN or an infinity. Called where a model is
+// loaded to be used (charlm eval, generate, train --init): a broken file is refused
+// before it can evaluate to a plausible number. `where` starts the message.
+void check_finite_state(const Module& m, const std::string& where);
+
 }  // namespace tcn::nn

@@ -71,6 +71,9 @@ struct TCNOptions {
   // pytorch-tcn's keyword arguments as a JSON object (missing keys keep the
   // defaults above; null where pytorch-tcn allows None); unknown keys are an error.
   static TCNOptions from_json(const nlohmann::json& j);
+  // Parses the text of such an object (a --tcn flag, a file's kwargs): invalid JSON, or a key that
+  // appears twice in any object, is an error that starts with `what`.
+  static nlohmann::json parse(const std::string& text, const std::string& what);
   nlohmann::json to_json() const;
   // Every field checked, with an error naming it and the allowed values.
   void validate() const;

@@ -2,6 +2,12 @@
 // their checks.
 #include "tcn/nn/tcn.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "tcn/nn/models.h"  // limits::
 
 namespace tcn::nn {
@@ -60,6 +66,9 @@ std::string kwarg_string(const nlohmann::json& v, const char* key) {
 }
 int64_t kwarg_int(const nlohmann::json& v, const char* key) {
   TCN_CHECK(v.is_number_integer(), "TCN options: ", key, " must be an integer, got ", v.dump());
+  // JSON's integers reach 2^64 - 1, which would wrap to -1 as an int64.
+  TCN_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "TCN options: ", key,
+            " is out of range, got ", v.dump());
   return v.get<int64_t>();
 }
 bool kwarg_bool(const nlohmann::json& v, const char* key) {
@@ -74,6 +83,29 @@ std::vector<int64_t> kwarg_ints(const nlohmann::json& v, const char* key) {
 }
 
 }  // namespace
+
+nlohmann::json TCNOptions::parse(const std::string& text, const std::string& what) {
+  // JSON lets a key appear twice and the parser keeps the last; a typo'd copy must not win silently.
+  // Every object's keys, by nesting depth, while parsing (these texts are a few hundred bytes).
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  using Event = nlohmann::json::parse_event_t;
+  auto on_event = [&](int, Event event, nlohmann::json& parsed) {
+    if (event == Event::object_start) keys.emplace_back();
+    else if (event == Event::object_end) keys.pop_back();
+    else if (event == Event::key && !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text, on_event);
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL(what, ": not JSON (", e.what(), ")");
+  }
+  TCN_CHECK(duplicate.empty(), what, ": the key '", duplicate, "' appears twice");
+  return j;
+}
 
 TCNOptions TCNOptions::from_json(const nlohmann::json& j) {
   TCN_CHECK(j.is_object(), "TCN options must be a JSON object, got ", j.dump());
@@ -175,6 +207,23 @@ void TCNOptions::validate() const {
   TCN_CHECK(output_projection >= 0 && output_projection <= limits::kMaxWidth, "TCN: output_projection must be in [0, ",
             limits::kMaxWidth, "] (0: none), got ", output_projection);
   if (!output_activation.empty()) activation_from_name(output_activation);
+  // The parameter count, bounded from above (every conv with its gate half, the downsample and skip
+  // projections, the output projection, in doubles: no overflow), held to charlm's limit, so that a
+  // mistyped width is an error here and not an allocation failure.
+  double params = 0, in = static_cast<double>(num_inputs);
+  for (int64_t e : embedding_dims) in += embedding_mode == "concat" ? static_cast<double>(e) : 0.0;
+  const double k = static_cast<double>(kernel_size), last = static_cast<double>(num_channels.back());
+  for (int64_t c_int : num_channels) {
+    const double c = static_cast<double>(c_int), gate = use_gate ? 2.0 : 1.0;
+    params += gate * (in * c * k + c) + c * c * k + c + in * c + c + 4 * c;  // conv1, conv2, downsample, norms
+    for (int64_t e : embedding_dims) params += static_cast<double>(e) * c;   // the embeddings' projections
+    if (use_skip_connections) params += c * last + last;
+    in = c;
+  }
+  params += static_cast<double>(output_projection) * (last + 1);
+  TCN_CHECK(params <= static_cast<double>(limits::kMaxParameters), "TCN: the options describe up to ",
+            static_cast<int64_t>(std::min(params, 9e18)), " parameters, more than the limit of ",
+            limits::kMaxParameters, " (", limits::kMaxParameters * 4 >> 30, " GiB of fp32 weights)");
 }
 
 std::vector<int64_t> TCNOptions::level_dilations() const {

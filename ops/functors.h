@@ -35,11 +35,13 @@ struct Neg {
   template <class T> TCN_HD T fwd(T x) const { return -x; }
   template <class T> TCN_HD T bwd(T g, T, T) const { return -g; }
 };
+// NaN in, NaN out, as in PyTorch: an activation that mapped NaN to a number would
+// let a broken model (a NaN weight) evaluate to a plausible loss. x != x is NaN.
 struct Relu {
   static constexpr const char* name = "relu";
   static constexpr bool kUsesX = false, kUsesY = true;
-  template <class T> TCN_HD T fwd(T x) const { return x > T(0) ? x : T(0); }
-  template <class T> TCN_HD T bwd(T g, T, T y) const { return y > T(0) ? g : T(0); }
+  template <class T> TCN_HD T fwd(T x) const { return (x > T(0) || x != x) ? x : T(0); }
+  template <class T> TCN_HD T bwd(T g, T, T y) const { return y <= T(0) ? T(0) : g; }
 };
 struct Tanh {
   static constexpr const char* name = "tanh";
@@ -97,8 +99,8 @@ struct Minimum {
   static constexpr const char* name = "minimum";
   static constexpr bool kUsesX = true, kUsesY = false;
   double s;
-  template <class T> TCN_HD T fwd(T x) const { return x < T(s) ? x : T(s); }
-  template <class T> TCN_HD T bwd(T g, T x, T) const { return x < T(s) ? g : T(0); }
+  template <class T> TCN_HD T fwd(T x) const { return (x < T(s) || x != x) ? x : T(s); }
+  template <class T> TCN_HD T bwd(T g, T x, T) const { return x >= T(s) ? T(0) : g; }
 };
 
 // The activations of general TCNs (nn::TCN's `activation`), as PyTorch defines them.

@@ -346,6 +346,70 @@ TEST_CASE("an unwritable --save path fails before training; NaN loss stops with 
   }
 }
 
+// A small TCN trained for `steps` steps on d's corpus, saved as d/m.safetensors; the options it ran with.
+TrainOptions train_saved(const TempDir& d, int64_t steps) {
+  TrainOptions o = small_options(d);
+  o.max_steps = steps;
+  o.save = d.file("m.safetensors");
+  o.metrics = d.file("m.csv");
+  REQUIRE(run_train(o) == 0);
+  return o;
+}
+
+// `eval` of `checkpoint` on d's corpus with small_options' window.
+EvalOptions small_eval(const TempDir& d, const std::string& checkpoint) {
+  EvalOptions e;
+  e.checkpoint = checkpoint;
+  e.data = d.str();
+  e.seq_len = 40;
+  e.validseqlen = 30;
+  e.device = "cpu";
+  return e;
+}
+
+// A copy of the checkpoint `src` at `dst` with element 0 of tensor `name` set to `value` (checksums recomputed).
+void poison_tensor(const std::string& src, const std::string& dst, const std::string& name, double value) {
+  nn::SafetensorsContents f = nn::load_safetensors(src);
+  bool found = false;
+  for (auto& [n, t] : f.tensors) {
+    if (n != name) continue;
+    Tensor flat = t.to(DType::F64).contiguous();
+    std::vector<double> v = flat.to_vector<double>();
+    v[0] = value;
+    t = from_vector(v, t.shape()).to(t.dtype());
+    found = true;
+  }
+  REQUIRE(found);
+  nn::save_safetensors(dst, f.tensors, f.metadata);
+}
+
+TEST_CASE("a model with a NaN or inf weight is refused by eval, generate and train --init, naming the tensor; "
+          "a non-finite loss is an error, not a score") {
+  TempDir d;
+  write_corpus(d);
+  train_saved(d, 2);
+  const std::string w = "tcn.network.0.conv1.weight_v";
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    INFO("value ", bad);
+    poison_tensor(d.file("m.safetensors"), d.file("bad.safetensors"), w, bad);
+    const std::string why = "tensor '" + w + "' holds a non-finite value";
+    const EvalOptions e = small_eval(d, d.file("bad.safetensors"));
+    CHECK_ERROR(run_eval(e), ("--checkpoint " + e.checkpoint + ": " + why).c_str());
+    GenerateOptions g;
+    g.checkpoint = d.file("bad.safetensors");
+    g.data = d.str();
+    g.n = 5;
+    CHECK_ERROR(run_generate(g), why.c_str());
+    TrainOptions t = small_options(d);
+    t.max_steps = 1;
+    t.init = d.file("bad.safetensors");
+    CHECK_ERROR(run_train(t), ("--init " + t.init + ": " + why).c_str());
+  }
+  // Finite weights whose outputs overflow: eval stops instead of printing "bpc nan" or "bpc inf".
+  poison_tensor(d.file("m.safetensors"), d.file("big.safetensors"), "tcn.network.0.conv1.weight_g", 3e38);
+  CHECK_ERROR(run_eval(small_eval(d, d.file("big.safetensors"))), "(the model's outputs overflow on this data); no score");
+}
+
 TEST_CASE("incremental generation matches a full recompute (TCN and LSTM)") {
   nn::TCNConfig tc{.vocab_size = 9, .emsize = 6, .nhid = 10, .levels = 3, .ksize = 3};
   nn::LSTMConfig lc{.vocab_size = 9, .emsize = 6, .nhid = 7, .layers = 2};
@@ -368,17 +432,8 @@ TEST_CASE("incremental generation matches a full recompute (TCN and LSTM)") {
 TEST_CASE("eval reports bpc and rejects text outside the vocabulary") {
   TempDir d;
   write_corpus(d);
-  TrainOptions o = small_options(d);
-  o.max_steps = 2;
-  o.save = d.file("m.safetensors");
-  o.metrics = d.file("m.csv");
-  REQUIRE(run_train(o) == 0);
-  EvalOptions e;
-  e.checkpoint = d.file("m.safetensors");
-  e.data = d.str();
-  e.seq_len = 40;
-  e.validseqlen = 30;
-  e.device = "cpu";
+  train_saved(d, 2);
+  const EvalOptions e = small_eval(d, d.file("m.safetensors"));
   CHECK(run_eval(e) == 0);
   write(d.file("ptb.test.txt"), "cat#cat" + synthetic_text(500, 9));
   CHECK_ERROR(run_eval(e), "character '#' at offset 3 is not in the model's vocabulary");

@@ -4,10 +4,13 @@
 // evaluated here against PyTorch's logits and loss; and every refusal.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "helpers.h"
 #include "tcn/nn/checkpoint.h"
 #include "tcn/nn/import.h"
 #include "tcn/nn/models.h"
+#include "tcn/nn/optim.h"
 
 using namespace tcn;
 using namespace tcn::nn;
@@ -175,6 +178,59 @@ TEST_CASE("foreign state_dicts: ambiguous, incomplete or mismatched files are re
   CHECK(import_state_dict(tcn, ImportOptions{.model = "tcn", .vocab_size = 11, .emsize = 8, .nhid = 12, .levels = 3,
                                              .ksize = 3})
             .kind == "tcn");
+}
+
+TEST_CASE("a bare conv with an all-zero output channel imports as the same function, and trains") {
+  // weight_g = 0 = the channel's norm would make weight norm's forward 0/0: the import gives that
+  // channel a unit v and g = 0, so its weight is exactly 0, as in the file.
+  test::TempDir d;
+  const std::string name = "tcn.network.0.conv1.weight";
+  Tensor original;
+  const std::string f = write_variant(d, "tcn_bare.safetensors", "zero_channel.safetensors", [&](auto& t) {
+    for (auto& [n, x] : t)
+      if (n == name) {
+        std::vector<float> v = x.contiguous().template to_vector<float>();
+        const int64_t per = x.numel() / x.size(0);
+        std::fill(v.begin() + 2 * per, v.begin() + 3 * per, 0.0f);  // output channel 2
+        x = from_vector(v, x.shape());
+        original = x;
+      }
+  });
+  REQUIRE(original.defined());
+  ImportedStateDict imp = import_state_dict(load_safetensors(f));
+  CharLM& model = *imp.model;
+  Tensor g, v;
+  for (const auto& [n, t] : model.named_parameters()) {
+    if (n == "tcn.network.0.conv1.weight_g") g = t;
+    if (n == "tcn.network.0.conv1.weight_v") v = t;
+  }
+  REQUIRE((g.defined() && v.defined()));
+  // The effective weight g v / |v|, channel by channel, against the file's.
+  const std::vector<float> gv = g.contiguous().to_vector<float>(), vv = v.contiguous().to_vector<float>(),
+                           w = original.contiguous().to_vector<float>();
+  const int64_t C = v.size(0), per = v.numel() / C;
+  for (int64_t c = 0; c < C; ++c) {
+    double n2 = 0;
+    for (int64_t i = 0; i < per; ++i) n2 += double(vv[c * per + i]) * vv[c * per + i];
+    INFO("channel ", c);
+    REQUIRE(n2 > 0);
+    for (int64_t i = 0; i < per; ++i)
+      CHECK(std::abs(gv[c] * vv[c * per + i] / std::sqrt(n2) - w[c * per + i]) <= 1e-6 * (1 + std::abs(w[c * per + i])));
+  }
+  CHECK(gv[2] == 0.0f);
+  // Training from it: finite losses, step after step (it failed with "loss is -nan" at step 2).
+  model.train();
+  SGD opt(model.parameters(), 0.5);
+  const Tensor tokens = expected().at("tokens");
+  const int64_t T = tokens.size(1) - 1;
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    const Tensor loss = cross_entropy(model.forward(tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
+    INFO("step ", step + 1);
+    CHECK(std::isfinite(loss.item()));
+    autograd::backward(loss);
+    opt.step();
+  }
 }
 
 }  // TEST_SUITE

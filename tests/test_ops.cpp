@@ -1,12 +1,15 @@
 // Every op case of the registry (tests/op_cases.cpp) in every mode: float64
 // gradcheck, CUDA against the CPU, bf16 autocast, error messages. A case that
 // fails says its name; run one mode with -tc="ops: gradcheck*" and so on.
+#include <cmath>
 #include <set>
 
 #include "cuda_compare.h"
 #include "helpers.h"
 #include "op_cases.h"
 #include "tcn/core/autocast.h"
+#include "tcn/ops/functors.h"
+#include "tcn/ops/op_lists.h"
 
 using namespace tcn;
 using tcn::test::Bf16;
@@ -14,6 +17,16 @@ using tcn::test::OpCase;
 using tcn::test::op_cases;
 
 namespace {
+
+// fwd(NaN) of a unary functor, its scalar (if it takes one) at 0.5: NaN in float and double.
+template <class F>
+void check_nan_propagates(F f, const char* name) {
+  if constexpr (requires { f.p; }) f.p = 0.5;
+  if constexpr (requires { f.s; }) f.s = 0.5;
+  INFO("fn::", name);
+  CHECK(std::isnan(f.template fwd<float>(NAN)));
+  CHECK(std::isnan(f.template fwd<double>(NAN)));
+}
 
 // The inputs that a mode differentiates: floating ones not marked constant.
 TensorList leaves(const OpCase& c, DType dtype) {
@@ -97,6 +110,42 @@ TEST_CASE("ops: bad inputs give errors that name the op and the problem") {
     }
   }
   CHECK(run >= 28);  // the messages listed in op_cases.cpp: none may be lost
+}
+
+TEST_CASE("ops: NaN in, NaN out, as in PyTorch: every unary functor, the activations and the fused tails") {
+  // The math of every unary op, CPU and CUDA alike (ops/op_lists.h names them all).
+#define TCN_CHECK_NAN(Name) check_nan_propagates(fn::Name{}, #Name);
+  TCN_UNARY_OPS(TCN_CHECK_NAN)
+#undef TCN_CHECK_NAN
+  // The ops on each device, fused kernels included: positions 0 and 3 are NaN, and must stay NaN
+  // (dropout too: a dropped NaN is NaN * 0, as PyTorch's).
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda::is_available()) devices.push_back(Device::cuda(0));
+  for (const Device& dev : devices) {
+    const Tensor x = from_vector<float>({NAN, -1.0f, 2.0f, NAN}, {4}).to(dev);
+    const Tensor zero = zeros({4}).to(dev);
+    Generator gen(7);
+    const std::vector<std::pair<std::string, Tensor>> outs = {
+        {"relu", relu(x)},
+        {"leaky_relu", leaky_relu(x)},
+        {"elu", elu(x)},
+        {"selu", selu(x)},
+        {"gelu", gelu(x)},
+        {"tanh", tanh(x)},
+        {"sigmoid", sigmoid(x)},
+        {"minimum", minimum(x, 0.5)},
+        {"add_relu", add_relu(x, zero)},
+        {"relu_dropout", relu_dropout(x, 0.5, gen)},
+        {"relu_dropout_add_relu", relu_dropout_add_relu(x, zero, 0.5, gen)},
+        {"glu", glu(cat({x, x}, 0))},
+    };
+    for (const auto& [name, y] : outs) {
+      INFO(name, " on ", dev.str());
+      const std::vector<float> v = y.to(Device::cpu()).to_vector<float>();
+      CHECK(std::isnan(v[0]));
+      CHECK(std::isnan(v[3]));
+    }
+  }
 }
 
 }  // TEST_SUITE

@@ -292,7 +292,9 @@ int run_bench(const BenchOptions& opts, const char*) {
     }
     const double f32 = fastest_torch(r.kind, "fp32");
     const double cps = static_cast<double>(o.batch_size * o.validseqlen) / (r.t.median_ms / 1000);
-    const std::string ratio = f32 > 0 ? std::to_string(r.t.median_ms / f32).substr(0, 4) : "-";
+    char ratio_buf[32] = "-";  // rounded, not cut: 0.568 is 0.57
+    if (f32 > 0) std::snprintf(ratio_buf, sizeof ratio_buf, "%.2f", r.t.median_ms / f32);
+    const std::string ratio = ratio_buf;
     const std::string gflops =
         r.t.gemm_gflop > 0 ? std::to_string(static_cast<int>(r.t.gemm_gflop / (r.t.median_ms / 1000))) : "-";
     std::printf("| %s | %s | %s | %s | %lld | %.1f | %s | %.0f | %s | %s |\n", r.kind.c_str(), r.framework.c_str(),

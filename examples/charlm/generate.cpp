@@ -1,6 +1,7 @@
 #include "generate.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -102,6 +103,10 @@ int run_generate(const GenerateOptions& o) {
   std::string out = o.prompt;
   uint64_t counter = 0;
   for (int64_t i = 0; i < o.n; ++i) {
+    // Finite weights can still overflow; sampling from NaN would always pick token 0.
+    TCN_CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }),
+              "generate: the model's logits are not finite (nan or inf) after ", out.size(), " characters of text; "
+              "no sample from them");
     // Sample from softmax(logits / temperature) with a Philox uniform.
     double mx = *std::max_element(logits.begin(), logits.end());
     std::vector<double> p(logits.size());

@@ -6,6 +6,7 @@
 
 #include "data.h"
 #include "tcn/core/error.h"
+#include "tcn/core/files.h"
 
 namespace charlm {
 
@@ -35,6 +36,7 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
   ModelFile out;
   if (nn::is_tcn_checkpoint(file)) {
     out.loaded = nn::load_char_lm(std::move(file), "optim.");
+    nn::check_finite_state(*out.loaded.model, flag + " " + path);
     return out;
   }
   // A PyTorch state_dict: names and config from its tensors, the vocabulary from elsewhere.
@@ -45,7 +47,13 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
   std::vector<std::string> vocab;
   std::string vocab_from;
   if (!o.vocab_file.empty()) {
-    vocab = parse_vocab(read_data_file(o.vocab_file), "--vocab " + o.vocab_file);
+    std::string text;
+    try {
+      text = tcn::read_regular_file(o.vocab_file);
+    } catch (const Error& e) {
+      TCN_FAIL("--vocab ", e.what());  // "--vocab PATH: cannot open: ..." (not the data directory's message)
+    }
+    vocab = parse_vocab(text, "--vocab " + o.vocab_file);
     vocab_from = "--vocab " + o.vocab_file;
   } else if (auto it = imp.file.metadata.find("vocab"); it != imp.file.metadata.end()) {
     vocab = parse_vocab(it->second, path + ": metadata 'vocab'");
@@ -67,6 +75,7 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
             " tokens (encoder.weight), but the vocabulary from ", vocab_from, " has ", vocab.size());
   out.loaded.vocab = vocab;
   out.loaded.model = std::move(imp.model);
+  nn::check_finite_state(*out.loaded.model, flag + " " + path);
   out.loaded.file = std::move(imp.file);
   out.loaded.file.metadata["tokens"] = o.tokens;  // what checkpoint_tokens() reads
   out.foreign = true;

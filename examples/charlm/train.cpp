@@ -5,6 +5,7 @@
 #include "train.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 
@@ -309,6 +310,9 @@ int run_eval(const EvalOptions& o) {
   m.model->to(device);
   auto t0 = Clock::now();
   double loss = evaluate(*m.model, source, o.seq_len, o.validseqlen, o.max_batches);  // sharded under mpirun
+  // Finite weights can still overflow: a non-finite loss is an error, never a score.
+  TCN_CHECK(std::isfinite(loss), o.checkpoint, " ", o.split, ": the loss is ", loss,
+            " (the model's outputs overflow on this data); no score");
   if (dist::Comm::world().rank() == 0)
     std::printf("%s %s: loss %.4f | %s %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss,
                 score_name(vocab.kind), score(vocab.kind, loss),

@@ -193,22 +193,22 @@ nn::TCNOptions tcn_options(const TaskSetup& t) {
                          .to_json();
   j.update(t.tcn_defaults);
   if (!o.tcn.empty()) {
-    nlohmann::json user;
-    try {
-      user = nlohmann::json::parse(o.tcn);
-    } catch (const nlohmann::json::exception& e) {
-      TCN_FAIL("--tcn: not JSON (", e.what(), ")");
-    }
+    const nlohmann::json user = nn::TCNOptions::parse(o.tcn, "--tcn");
     TCN_CHECK(user.is_object(), "--tcn: expected a JSON object of pytorch-tcn keyword arguments, got ", o.tcn);
     for (const char* fixed : {"num_inputs", "input_shape"})
       TCN_CHECK(!user.contains(fixed), "--tcn: ", fixed, " is the task's (", j[fixed].dump(), "), not an option here");
     j.update(user);
   }
+  nn::TCNOptions opts;
   try {
-    return nn::TCNOptions::from_json(j);
+    opts = nn::TCNOptions::from_json(j);
   } catch (const Error& e) {
     TCN_FAIL("--tcn: ", e.what());
   }
+  // Conditioning embeddings need a second input per sample, which no task here has: refused before any data.
+  TCN_CHECK(opts.embedding_dims.empty(), "--tcn: embedding_shapes asks for conditioning inputs, which ", t.program,
+            "'s data does not have");
+  return opts;
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // configuration): the weekly CO2 concentration at Mauna Loa, 1958-2001 (the
 // public-domain data set Debian's python3-statsmodels ships; scripts/get_data.sh
 // co2 puts it in data/co2/co2.csv), or any CSV of the same form: a header, then
-// "label,value" rows, empty or nan for a missing value.
+// "label,value" rows, empty or nan for a missing value. Refused, by row: a value
+// that is not a number (trailing bytes, a NUL included), an infinite one (inf,
+// 1e999), one past +-1e150 or a change between two values past it (its square
+// would overflow the scale and the RMSE), a series with fewer than two values.
 //
 // From each origin t the model reads the last --window weekly changes
 // s[t-W+1] - s[t-W], ..., s[t] - s[t-1] and predicts the next --horizon values
@@ -12,14 +15,15 @@
 // change from the same week: s[t] + s[t+k-P] - s[t-P]) and a linear AR model
 // over the same window, fitted by least squares. Scores are RMSE in the
 // series' units (ppm), over all horizons.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string_view>
 
 #include "cli.h"  // examples/charlm: check_output_path
 #include "common.h"
+#include "tcn/core/files.h"
 #include "tcn/ops/ops.h"
 
 namespace {
@@ -32,34 +36,59 @@ struct Series {
   int64_t missing = 0;
 };
 
-// "label,value" rows after a header; a missing value is filled linearly from
-// its neighbours (the nearest one at either end).
+// A value's magnitude and a change's: past this, squares (the scale, the RMSE) overflow a double.
+constexpr double kMaxMagnitude = 1e150;
+
+// A field for an error message: at most 40 bytes, control bytes shown as '?'.
+std::string shown(std::string_view v) {
+  std::string out;
+  for (char c : v.substr(0, 40)) out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+  return v.size() > 40 ? out + "... (" + std::to_string(v.size()) + " bytes)" : out;
+}
+
+// "label,value" rows after a header; a missing value (empty, or nan) is filled
+// linearly from its neighbours (the nearest one at either end).
 Series read_series(const std::string& path) {
-  std::ifstream f(path);
-  TCN_CHECK(f.good(), "--data ", path, ": cannot open (", std::strerror(errno),
-            "); the CO2 series: scripts/get_data.sh co2");
+  const std::string text = [&] {
+    try {
+      return tcn::read_regular_file(path);
+    } catch (const tcn::Error& e) {
+      TCN_FAIL("--data ", e.what(), "; the CO2 series: scripts/get_data.sh co2");
+    }
+  }();
   Series s;
-  std::string line;
-  std::getline(f, line);  // header
   std::vector<bool> known;
-  for (int64_t row = 2; std::getline(f, line); ++row) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  size_t pos = text.find('\n');  // after the header
+  int64_t row = 1;
+  while (pos != std::string::npos && pos + 1 < text.size()) {
+    const size_t start = pos + 1;
+    pos = text.find('\n', start);
+    std::string_view line(text.data() + start, (pos == std::string::npos ? text.size() : pos) - start);
+    ++row;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     const size_t comma = line.find(',');
-    TCN_CHECK(comma != std::string::npos, "--data ", path, ": line ", row, " is not 'label,value': ", line);
-    const std::string v = line.substr(comma + 1);
-    s.labels.push_back(line.substr(0, comma));
+    TCN_CHECK(comma != std::string::npos, "--data ", path, ": line ", row, " is not 'label,value': ", shown(line));
+    const std::string v(line.substr(comma + 1));
+    s.labels.emplace_back(line.substr(0, comma));
     char* end = nullptr;
     const double x = v.empty() ? NAN : std::strtod(v.c_str(), &end);
-    TCN_CHECK(v.empty() || (end && *end == '\0'), "--data ", path, ": line ", row, ": value '", v, "' is not a number");
-    known.push_back(std::isfinite(x));
+    TCN_CHECK(v.empty() || end == v.c_str() + v.size(), "--data ", path, ": line ", row, ": value '", shown(v),
+              "' is not a number");
+    TCN_CHECK(std::isnan(x) || std::abs(x) <= kMaxMagnitude, "--data ", path, ": line ", row, ": value '", shown(v),
+              "' is ", std::isinf(x) ? "infinite" : "too large", " (values must be finite and within +-",
+              kMaxMagnitude, "; empty or nan marks a missing one)");
+    known.push_back(!std::isnan(x));
     s.values.push_back(x);
   }
   const int64_t n = static_cast<int64_t>(s.values.size());
+  const int64_t n_known = std::count(known.begin(), known.end(), true);
+  TCN_CHECK(n_known >= 2, "--data ", path, ": ", n_known, " value(s) in ", n, " row(s) (the rest missing); at least two "
+            "are needed");
   int64_t prev = -1;
   for (int64_t i = 0; i <= n; ++i) {
     if (i < n && !known[i]) continue;
-    for (int64_t j = prev + 1; j < i; ++j) {  // a run of missing values between prev and i
+    for (int64_t j = prev + 1; j < i; ++j) {  // a run of missing values between prev and i (one of them known)
       ++s.missing;
       s.values[j] = prev < 0 ? s.values[i] : i == n ? s.values[prev]
                              : s.values[prev] + (s.values[i] - s.values[prev]) * static_cast<double>(j - prev) /
@@ -67,7 +96,10 @@ Series read_series(const std::string& path) {
     }
     prev = i;
   }
-  TCN_CHECK(prev >= 0 && n - s.missing >= 2, "--data ", path, ": fewer than two values");
+  for (int64_t i = 1; i < n; ++i)
+    TCN_CHECK(std::abs(s.values[i] - s.values[i - 1]) <= kMaxMagnitude, "--data ", path, ": the change from '",
+              shown(s.labels[i - 1]), "' to '", shown(s.labels[i]), "' is ", s.values[i] - s.values[i - 1],
+              ", past +-", kMaxMagnitude, " (its square would overflow)");
   return s;
 }
 
@@ -130,7 +162,7 @@ int main(int argc, char** argv) {
   app.add_option("--horizon", horizon, "steps ahead it predicts, in [1, 1000]")->capture_default_str();
   app.add_option("--season", season, "the seasonal baseline's period in steps, in [1, 100000]")->capture_default_str();
   app.add_option("--test_fraction", test_fraction, "the series' last part held out, in (0, 1)")->capture_default_str();
-  app.add_option("--predictions", predictions, "write the test set's forecasts here (CSV, for tools/plot/forecast.py)")
+  app.add_option("--predictions", predictions, "write the test set's forecasts here (CSV, for tools/plot_forecast)")
       ->capture_default_str();
   tasks::add_common_flags(app, o);
   app.get_option("--train_size")->description("at most this many training windows, the latest (default: all)");
@@ -256,21 +288,19 @@ int main(int argc, char** argv) {
         const std::vector<float> part = model.forward(b.x, 1).to(Device::cpu()).to_vector<float>();
         tcn_out.insert(tcn_out.end(), part.begin(), part.end());
       }
-      std::ofstream f(predictions, std::ios::trunc);
-      TCN_CHECK(f.good(), "--predictions ", predictions, ": cannot open for writing (", std::strerror(errno), ")");
-      f << "label,horizon,actual,tcn,linear,persistence,seasonal\n";
+      std::string csv = "label,horizon,actual,tcn,linear,persistence,seasonal\n";
       for (int64_t r = 0; r < Nte; ++r) {
         const int64_t t = test_t[r];
         for (int64_t k = 1; k <= H; ++k) {
           char row[256];
-          std::snprintf(row, sizeof row, "%s,%lld,%.6g,%.6g,%.6g,%.6g,%.6g\n", s.labels[t + k].c_str(),
-                        static_cast<long long>(k), v[t + k], v[t] + tcn_out[r * H + k - 1] * scale,
-                        linear_pred[r * H + k - 1], v[t], v[t] + v[t + k - P] - v[t - P]);
-          f << row;
+          std::snprintf(row, sizeof row, ",%lld,%.6g,%.6g,%.6g,%.6g,%.6g\n", static_cast<long long>(k), v[t + k],
+                        v[t] + tcn_out[r * H + k - 1] * scale, linear_pred[r * H + k - 1], v[t],
+                        v[t] + v[t + k - P] - v[t - P]);
+          csv += s.labels[t + k] + row;
         }
       }
-      f.flush();
-      TCN_CHECK(f.good(), "--predictions ", predictions, ": write failed (", std::strerror(errno), ")");
+      // Whole or not at all: a failed write (a full disk) leaves an earlier file as it was.
+      tcn::write_file_atomic(predictions, {csv}, "--predictions: ", /*make_parents=*/true);
       std::printf("forecast: wrote %s (%lld test forecasts x %lld horizons)\n", predictions.c_str(),
                   static_cast<long long>(Nte), static_cast<long long>(H));
     };
