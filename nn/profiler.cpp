@@ -60,12 +60,7 @@ const ProfileReport& Profiler::finish() {
 void Profiler::write_trace(const std::string& path) const {
   TCN_CHECK(!recording_, "Profiler::write_trace: call finish() first");
   const std::string json = trace_json(rec_);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TCN_CHECK(fd >= 0, "--trace ", path, ": cannot open for writing: ", std::strerror(errno));
-  const bool ok = write_all(fd, json.data(), json.size());
-  const int err = errno;
-  const bool closed = ::close(fd) == 0;
-  TCN_CHECK(ok && closed, "--trace ", path, ": write failed: ", std::strerror(ok ? errno : err));
+  write_file_atomic(path, {json}, "--trace: ", /*make_parents=*/true);  // whole or not at all
 }
 
 namespace {

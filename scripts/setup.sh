@@ -13,12 +13,20 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 PACKAGES="build-essential cmake curl libopenblas-dev libopenblas-openmp-dev doctest-dev libcli11-dev nlohmann-json3-dev gnuplot-nox libboost-context-dev libthrust-dev libxxhash-dev libdnnl-dev ocl-icd-opencl-dev clang-14 libclang-rt-14-dev libomp-14-dev libopenmpi-dev openmpi-bin patchelf"
 
-if [ -z "${SKIP_APT:-}" ]; then
+# Only what is missing is installed (a second build directory needs no apt-get at all).
+MISSING=""
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q ' installed$' || MISSING="$MISSING $p"
+done
+if [ -z "${SKIP_APT:-}" ] && [ -n "$MISSING" ]; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-  echo "== installing Debian packages: $PACKAGES"
+  echo "== installing Debian packages:$MISSING"
   $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+elif [ -z "${SKIP_APT:-}" ]; then
+  echo "== Debian packages: all installed"
 fi
 
 echo "== configuring $BUILD_DIR"

@@ -126,7 +126,7 @@ int run_cli(int argc, char** argv, const Program& program) {
   add_backend_options(train, t.conv_impl, t.lstm_impl, t.deterministic);
   train->add_option("--profile", t.profile,
                     "profile this many steps after two warm-up steps and print where the time goes: per op, "
-                    "module and phase (0: off); profiled steps run eagerly on CUDA")
+                    "module and phase, in [0, 1e12] (0: off); profiled steps run eagerly on CUDA")
       ->capture_default_str();
   train->add_option("--trace", t.trace,
                     "write the profiled steps as a Chrome trace (Perfetto, chrome://tracing); implies --profile 3");
@@ -184,7 +184,7 @@ int run_cli(int argc, char** argv, const Program& program) {
   add_backend_options(bench, b.conv_impl, b.lstm_impl, b.deterministic);
   bench->add_option("--profile", b.profile,
                     "after the timed steps, profile this many more steps of each of our rows and print where the "
-                    "time goes: per op, module and phase (0: off)")
+                    "time goes: per op, module and phase, in [0, 1000000] (0: off)")
       ->capture_default_str();
   bench->add_option("--trace", b.trace,
                     "with --profile (3 steps if not given): write a Chrome trace (Perfetto, chrome://tracing) per "
