@@ -59,7 +59,7 @@ void pack_conv_weights(const Tensor& wt, const Tensor& w, const Tensor& bias) {
   } else {
     TCN_CHECK(wt.dtype() == w.dtype(), "pack_conv_weights: ", dtype_name(w.dtype()), " into ",
               dtype_name(wt.dtype()), " (same dtypes, or float32 into bfloat16)");
-    dispatch_float(wt.dtype(), "CUDA kernel", [&]<class T>() { launch.template operator()<T, T>(); });
+    dispatch_float(wt.dtype(), "cuda::pack_conv_weights", [&]<class T>() { launch.template operator()<T, T>(); });
   }
   CUDA_CHECK(cudaGetLastError());
 }
@@ -72,7 +72,7 @@ void unpack_conv_grads(const Tensor& dw, const Tensor& db, const Tensor& dwt, in
             "unpack_conv_grads: ", dwt.shape(), " into ", dw.defined() ? dw.shape() : Shape{}, " and ",
             db.defined() ? db.shape() : Shape{});
   if (K * X * Cout == 0) return;
-  dispatch_float(dwt.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(dwt.dtype(), "cuda::unpack_conv_grads", [&]<class T>() {
     TCN_LAUNCH(grid_for(K * X * Cout, 256), 256, 0, stream(dwt.device().index), unpack_conv_grads_kernel<T>)(
         dw.defined() ? static_cast<T*>(dw.raw_data()) : nullptr, db.defined() ? static_cast<T*>(db.raw_data()) : nullptr,
         static_cast<const T*>(dwt.raw_data()), K, X, Cout, Cin);

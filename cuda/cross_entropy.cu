@@ -57,7 +57,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
   Tensor row_loss = empty({N}, {DType::F64, logits.device()});
   const int block = 256;
   cudaStream_t s = stream(logits.device().index);
-  dispatch_float(logits.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(logits.dtype(), "cuda::cross_entropy_forward", [&]<class T>() {
     TCN_LAUNCH(static_cast<unsigned>(N), block, block * sizeof(double), s, ce_rows_kernel<T>)(
         static_cast<double*>(lse.raw_data()), static_cast<double*>(row_loss.raw_data()),
         static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), V);
@@ -70,7 +70,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits, const Tensor& lse,
                             const Tensor& targets) {
   const int64_t N = logits.size(0), V = logits.size(1);
-  dispatch_float(logits.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(logits.dtype(), "cuda::cross_entropy_backward", [&]<class T>() {
     TCN_LAUNCH(grid_for(N * V, 256), 256, 0, stream(logits.device().index), ce_backward_kernel<T>)(
         static_cast<T*>(dlogits.raw_data()), static_cast<const T*>(logits.raw_data()),
         static_cast<const double*>(lse.raw_data()), static_cast<const int64_t*>(targets.raw_data()),

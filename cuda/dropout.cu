@@ -127,7 +127,7 @@ void dropout_forward(const Tensor& y, const Tensor& x, double p, uint64_t seed, 
                      bool relu) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::dropout_forward", [&]<class T>() {
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(x.device().index), dropout_fwd_kernel<T>)(
         static_cast<T*>(y.raw_data()), static_cast<const T*>(x.raw_data()), strided3(x), n, seed, start, scalar_ptr(base), dropout_threshold(p),
         dropout_scale<T>(p), relu);
@@ -139,7 +139,7 @@ void dropout_backward(const Tensor& dx, const Tensor& g, double p, uint64_t seed
                       const Tensor& y) {
   const int64_t n = g.numel();
   if (n == 0) return;
-  dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(g.dtype(), "cuda::dropout_backward", [&]<class T>() {
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(g.device().index), dropout_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<const T*>(g.raw_data()), strided3(g),
         y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr, n, seed, start, scalar_ptr(base), dropout_threshold(p),
@@ -152,7 +152,7 @@ void dropout_add_relu_forward(const Tensor& z, const Tensor& x, const Tensor& re
                               uint64_t start, const Tensor& base) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::dropout_add_relu_forward", [&]<class T>() {
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(x.device().index), dropout_add_relu_fwd_kernel<T>)(
         static_cast<T*>(z.raw_data()), static_cast<const T*>(x.raw_data()), strided3(x),
         static_cast<const T*>(res.raw_data()), strided3(res), n, seed, start, scalar_ptr(base), dropout_threshold(p),
@@ -165,7 +165,7 @@ void dropout_add_relu_backward(const Tensor& dx, const Tensor& dres, const Tenso
                                double p, uint64_t seed, uint64_t start, const Tensor& base) {
   const int64_t n = g.numel();
   if (n == 0) return;
-  dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(g.dtype(), "cuda::dropout_add_relu_backward", [&]<class T>() {
     TCN_LAUNCH(grid_for((n + 3) / 4, 256), 256, 0, stream(g.device().index), dropout_add_relu_bwd_kernel<T>)(
         static_cast<T*>(dx.raw_data()), static_cast<T*>(dres.raw_data()), static_cast<const T*>(g.raw_data()),
         strided3(g), static_cast<const T*>(x.raw_data()), strided3(x), static_cast<const T*>(z.raw_data()), n, seed,

@@ -240,7 +240,7 @@ void convert(const Tensor& dst, const Tensor& src) {
 }
 
 void unary_forward(UnaryOp op, double p, const Tensor& y, const Tensor& x) {
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::unary_forward", [&]<class T>() {
     with_unary(op, p, [&](auto f) { launch_map<T>(y, UnaryFwd<decltype(f), T>{f}, x); });
   });
 }
@@ -248,13 +248,13 @@ void unary_forward(UnaryOp op, double p, const Tensor& y, const Tensor& x) {
 void unary_backward(UnaryOp op, double p, const Tensor& gx, const Tensor& g, const Tensor& x, const Tensor& y) {
   const Tensor& xs = x.defined() ? x : g;  // not read by ops that do not need them
   const Tensor& ys = y.defined() ? y : g;
-  dispatch_float(g.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(g.dtype(), "cuda::unary_backward", [&]<class T>() {
     with_unary(op, p, [&](auto f) { launch_map<T>(gx, UnaryBwd<decltype(f), T>{f}, g, xs, ys); });
   });
 }
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  dispatch_float(a.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(a.dtype(), "cuda::binary", [&]<class T>() {
     switch (op) {
 #define TCN_BINARY_CASE(Name) \
   case BinaryOp::Name: return launch_map<T>(out, BinaryFn<fn::Name, T>{}, a, b);
@@ -285,7 +285,7 @@ void fill(const Tensor& x, double value) {
 }
 
 void add_inplace(const Tensor& x, const Tensor& y, double alpha) {
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::add_inplace", [&]<class T>() {
     launch_map<T>(x, Axpy<T>{static_cast<T>(alpha)}, x, y);
   });
 }
@@ -293,7 +293,7 @@ void add_inplace(const Tensor& x, const Tensor& y, double alpha) {
 void mul_inplace(const Tensor& x, const Tensor& s) { binary(BinaryOp::Mul, x, x, s); }
 
 void mul_inplace(const Tensor& x, double s) {
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::mul_inplace", [&]<class T>() {
     launch_map<T>(x, Scale<T>{static_cast<T>(s)}, x);
   });
 }

@@ -72,7 +72,7 @@ void layer_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd,
                         const Tensor& beta, double eps) {
   const int64_t C = x.size(-1), R = C > 0 ? x.numel() / C : 0;
   if (R == 0) return;
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::layer_norm_forward", [&]<class T>() {
     TCN_LAUNCH(static_cast<unsigned>(R), kRowThreads, 0, stream(x.device().index), layer_norm_fwd_kernel<T>)(
         static_cast<T*>(y.raw_data()), static_cast<double*>(mean.raw_data()), static_cast<double*>(rstd.raw_data()),
         static_cast<const T*>(x.raw_data()), ptr_or_null<T>(gamma), ptr_or_null<T>(beta), C, eps);
@@ -84,7 +84,7 @@ void layer_norm_backward(const Tensor& dx, const Tensor& xhat, const Tensor& dy,
                          const Tensor& mean, const Tensor& rstd) {
   const int64_t C = x.size(-1), R = C > 0 ? x.numel() / C : 0;
   if (R == 0) return;
-  dispatch_float(x.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(x.dtype(), "cuda::layer_norm_backward", [&]<class T>() {
     TCN_LAUNCH(static_cast<unsigned>(R), kRowThreads, 0, stream(x.device().index), layer_norm_bwd_kernel<T>)(
         dx.defined() ? static_cast<T*>(dx.raw_data()) : nullptr,
         xhat.defined() ? static_cast<T*>(xhat.raw_data()) : nullptr, static_cast<const T*>(dy.raw_data()),

@@ -60,7 +60,7 @@ void lstm_cell_forward(const Tensor& act, const Tensor& c0, const Tensor& hs, co
                        const Tensor& h_bf16) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
   if (B * H == 0) return;  // an empty batch: no grid to launch (a zero grid is an invalid configuration)
-  dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(act.dtype(), "cuda::lstm_cell_forward", [&]<class T>() {
     TCN_LAUNCH(grid_for(B * H, 256), 256, 0, stream(act.device().index), lstm_fwd_kernel<T>)(
         static_cast<T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()), static_cast<T*>(hs.raw_data()),
         static_cast<T*>(cs.raw_data()), h_bf16.defined() ? static_cast<bfloat16*>(h_bf16.raw_data()) : nullptr, B, Tn,
@@ -73,7 +73,7 @@ void lstm_cell_backward(const Tensor& dG, const Tensor& act, const Tensor& c0, c
                         const Tensor& dh, const Tensor& dc, int64_t t, const Tensor& dG_bf16) {
   const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
   if (B * H == 0) return;
-  dispatch_float(act.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(act.dtype(), "cuda::lstm_cell_backward", [&]<class T>() {
     TCN_LAUNCH(grid_for(B * H, 256), 256, 0, stream(act.device().index), lstm_bwd_kernel<T>)(
         static_cast<T*>(dG.raw_data()), dG_bf16.defined() ? static_cast<bfloat16*>(dG_bf16.raw_data()) : nullptr,
         static_cast<const T*>(act.raw_data()), static_cast<const T*>(c0.raw_data()),

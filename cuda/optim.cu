@@ -231,7 +231,7 @@ void sgd_update_many(const std::vector<SgdParam>& params, const Tensor& lr, doub
   if (params.empty()) return;
   const Tensor& p0 = params.front().p;
   cudaStream_t s = stream(p0.device().index);
-  dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(p0.dtype(), "cuda::sgd_update_many", [&]<class T>() {
     auto set = [](SgdMany<T>& m, const SgdParam& q) {
       m.p[m.n] = static_cast<T*>(q.p.raw_data());
       m.g[m.n] = static_cast<const T*>(q.g.raw_data());
@@ -253,7 +253,7 @@ void adam_update_many(const std::vector<AdamParam>& params, const Tensor& lr, do
   if (params.empty()) return;
   const Tensor& p0 = params.front().p;
   cudaStream_t s = stream(p0.device().index);
-  dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(p0.dtype(), "cuda::adam_update_many", [&]<class T>() {
     auto set = [](AdamMany<T>& a, const AdamParam& q) {
       a.p[a.n] = static_cast<T*>(q.p.raw_data());
       a.g[a.n] = static_cast<const T*>(q.g.raw_data());
@@ -277,7 +277,7 @@ void rmsprop_update_many(const std::vector<RmspropParam>& params, const Tensor& 
   if (params.empty()) return;
   const Tensor& p0 = params.front().p;
   cudaStream_t s = stream(p0.device().index);
-  dispatch_float(p0.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(p0.dtype(), "cuda::rmsprop_update_many", [&]<class T>() {
     auto set = [](RmspropMany<T>& r, const RmspropParam& q) {
       r.p[r.n] = static_cast<T*>(q.p.raw_data());
       r.g[r.n] = static_cast<const T*>(q.g.raw_data());
@@ -299,7 +299,7 @@ void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Ten
   const int groups = static_cast<int>((grads.size() + kMany - 1) / kMany);
   Tensor partial = empty({std::max(1, groups) * kNormBlocks}, {DType::F64, norm.device()});  // every slot written
   Tensor coef = empty({}, norm.options());
-  dispatch_float(norm.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(norm.dtype(), "cuda::clip_grad_norm", [&]<class T>() {
     int g = 0;  // every group writes its kNormBlocks partial sums, even an empty one (zeros)
     for_groups<Many<const T>>(grads, set_tensor<const T>, [&](const Many<const T>& m, int64_t) {
       TCN_LAUNCH(kNormBlocks, kNormThreads, 0, s, sum_squares_kernel<T>)(
@@ -318,7 +318,7 @@ void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Ten
 }
 
 void watch_loss(const Tensor& watch, const Tensor& loss) {
-  dispatch_float(loss.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(loss.dtype(), "cuda::watch_loss", [&]<class T>() {
     TCN_LAUNCH(1, 1, 0, stream(loss.device().index), watch_loss_kernel<T>)(
         static_cast<double*>(watch.raw_data()), static_cast<const T*>(loss.raw_data()));
   });

@@ -36,7 +36,7 @@ void pad_rows(const Tensor& out, const Tensor& x, int64_t left, double extra) {
   } else {
     TCN_CHECK(out.dtype() == x.dtype(), "pad_rows: ", dtype_name(x.dtype()), " into ", dtype_name(out.dtype()),
               " (same dtypes, or float32 into bfloat16)");
-    dispatch_float(out.dtype(), "CUDA kernel", [&]<class T>() { launch.template operator()<T, T>(); });
+    dispatch_float(out.dtype(), "cuda::pad_rows", [&]<class T>() { launch.template operator()<T, T>(); });
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -104,7 +104,7 @@ void check_index_range(DeviceCheck what, const Tensor& idx, int64_t bound) {
 void gather_rows(const Tensor& out, const Tensor& table, const Tensor& idx) {
   const int64_t n = idx.numel(), D = table.size(1);
   if (n * D == 0) return;
-  dispatch_float(table.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(table.dtype(), "cuda::gather_rows", [&]<class T>() {
     TCN_LAUNCH(grid_for(n * D, 256), 256, 0, stream(out.device().index), gather_kernel<T>)(
         static_cast<T*>(out.raw_data()), static_cast<const T*>(table.raw_data()),
         static_cast<const int64_t*>(idx.raw_data()), n, D, table.size(0), table.stride(0), table.stride(1));
@@ -120,7 +120,7 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   if (V <= kSmallTable) {  // one kernel, no sort, no host synchronisation
     const dim3 grid(static_cast<unsigned>((D + kScanCols - 1) / kScanCols),
                     static_cast<unsigned>((V + kScanRows - 1) / kScanRows));
-    dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
+    dispatch_float(src.dtype(), "cuda::scatter_add_rows", [&]<class T>() {
       TCN_LAUNCH(grid, dim3(kScanCols, kScanRows), 0, s, scatter_scan_kernel<T>)(
           static_cast<T*>(out.raw_data()), static_cast<const T*>(src.raw_data()),
           static_cast<const int64_t*>(idx.raw_data()), n, D, V);
@@ -141,7 +141,7 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
     thrust::sequence(thrust_on(s), pp, pp + n);
   }
   stable_sort_by_key(s, kp, pp, n);
-  dispatch_float(src.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(src.dtype(), "cuda::scatter_add_rows", [&]<class T>() {
     TCN_LAUNCH(grid_for(n * D, 256), 256, 0, s, segment_sum_kernel<T>)(static_cast<T*>(out.raw_data()),
                                                                 static_cast<const T*>(src.raw_data()),
                                                                 static_cast<const int64_t*>(keys.raw_data()),

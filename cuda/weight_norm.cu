@@ -43,7 +43,7 @@ __global__ void weight_norm_bwd_kernel(T* dv, T* dg, const T* dw, const T* v, co
 void weight_norm_forward(const Tensor& w, const Tensor& norm, const Tensor& v, const Tensor& g) {
   const int64_t R = v.size(0), C = R > 0 ? v.numel() / R : 0;
   if (R == 0) return;
-  dispatch_float(v.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(v.dtype(), "cuda::weight_norm_forward", [&]<class T>() {
     TCN_LAUNCH(static_cast<unsigned>(R), kRowThreads, 0, stream(v.device().index), weight_norm_fwd_kernel<T>)(
         static_cast<T*>(w.raw_data()), static_cast<double*>(norm.raw_data()), static_cast<const T*>(v.raw_data()),
         static_cast<const T*>(g.raw_data()), C);
@@ -55,7 +55,7 @@ void weight_norm_backward(const Tensor& dv, const Tensor& dg, const Tensor& dw, 
                           const Tensor& norm) {
   const int64_t R = v.size(0), C = R > 0 ? v.numel() / R : 0;
   if (R == 0) return;
-  dispatch_float(v.dtype(), "CUDA kernel", [&]<class T>() {
+  dispatch_float(v.dtype(), "cuda::weight_norm_backward", [&]<class T>() {
     TCN_LAUNCH(static_cast<unsigned>(R), kRowThreads, 0, stream(v.device().index), weight_norm_bwd_kernel<T>)(
         dv.defined() ? static_cast<T*>(dv.raw_data()) : nullptr, dg.defined() ? static_cast<T*>(dg.raw_data()) : nullptr,
         static_cast<const T*>(dw.raw_data()), static_cast<const T*>(v.raw_data()), static_cast<const T*>(g.raw_data()),

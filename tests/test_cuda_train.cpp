@@ -284,7 +284,7 @@ TEST_CASE("CUDA vs CPU: whole char-LMs moved with Module::to, forward and backwa
   }
 }
 
-// Issue 11's first target, counted by the emulated device: a steady training
+// The GPU step's first target (docs/gpu_step.md), counted by the emulated device: a steady training
 // step (forward, backward, clipping, SGD; the batch already on the device)
 // makes the host wait for the device zero times and allocates nothing.
 TEST_CASE("a steady CUDA training step makes no host synchronisation and no allocation (both models)" *

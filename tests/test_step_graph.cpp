@@ -189,7 +189,7 @@ TEST_CASE("tcn's call-site counters agree with the emulated device's own count" 
   same(cuda::call_site_counters() - site0, cuda::counters() - emu0);
 }
 
-// Issue 11's CI target: the reference TCN's step (char_cnn's structure: 3 levels,
+// The GPU step's kernel budget (docs/gpu_step.md): the reference TCN's step (char_cnn's structure: 3 levels,
 // kernel 3, a downsample in the first and last level; channel counts do not
 // change the count) is one graph of at most 120 kernels, cuBLAS GEMMs aside.
 TEST_CASE("the reference TCN's captured step holds at most 120 kernels besides its GEMMs" *

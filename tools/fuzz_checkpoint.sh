@@ -27,7 +27,7 @@ if [ ! -d "$build/seeds" ] || [ -z "$(ls -A "$build/seeds")" ]; then
 fi
 echo "== fuzzing the checkpoint reader for $seconds s ($jobs process(es)); seeds: $(ls "$build/seeds" | wc -l) files," \
      "corpus: $(ls "$build/corpus" | wc -l) inputs"
-# -timeout 5: an input that takes over 5 s is a finding (the issue's hang bound).
+# -timeout 5: an input that takes over 5 s is a finding (a reader must not hang on any input).
 # -rss_limit_mb / -malloc_limit_mb: an input that makes a huge allocation is a finding.
 args=(-max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=65536
       -dict=tests/fuzz/safetensors.dict -artifact_prefix="$build/findings/" -print_final_stats=1)

@@ -266,7 +266,7 @@ int run_bench(const BenchOptions& opts, const char*) {
         best = r.t.median_ms;
     return best;
   };
-  // The issue-10 targets (CPU), as ratios to the fastest PyTorch fp32 row (and bf16 row).
+  // The CPU speed targets (docs/cpu_performance.md), as ratios to the fastest PyTorch fp32 row (and bf16 row).
   auto target = [&](const Row& r) -> std::string {
     if (r.framework != "tcn" || dev.is_cuda()) return "";
     const double f32 = fastest_torch(r.kind, "fp32"), b16 = fastest_torch(r.kind, "bf16");
