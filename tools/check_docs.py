@@ -23,6 +23,10 @@ tools/**/*.md, and prints one line per problem as `FILE:LINE: problem`
 4. cmake: every `-DTCN_...` in the docs must be a cache variable that the
    top-level CMakeLists.txt declares (`option(` or `set(... CACHE ...)`, not
    INTERNAL), and README.md must mention every one of them.
+5. figures: every figure in the README's results table (a number with a
+   decimal point or an exponent, or of three digits or more) must appear in a
+   doc that its row links to, where the figure lives with its command and date:
+   the README repeats figures, it is not where they are measured.
 
 It uses only Python's standard library and takes a couple of seconds; CI runs it
 as `python3 tools/check_docs.py`. `--self-test` plants one problem of each kind
@@ -627,6 +631,46 @@ def check_cmake_options(root, docs):
 
 
 # ---------------------------------------------------------------------------
+# 5. The README's figures, each found where its row says it lives
+# ---------------------------------------------------------------------------
+
+FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+(?:e-?\d+)?|\d+e-?\d+|\d{3,})(?![\w])")
+MD_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def check_readme_figures(root, docs):
+    """Rows of the table under README.md's '## Results' heading: | what | result | date | details |.
+    Each figure of the result cell must occur in one of the docs the row's cells link to."""
+    readme = next((doc for doc in docs if doc.rel == "README.md"), None)
+    if readme is None:
+        return []
+    problems, in_results = [], False
+    for number, line in enumerate(readme.lines, 1):
+        if line.startswith("## "):
+            in_results = line.strip() == "## Results"
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if not in_results or len(cells) < 4 or set(cells[1]) <= set("-: "):
+            continue
+        targets = []
+        for rel in MD_LINK.findall(line):
+            path = os.path.normpath(os.path.join(root, rel))
+            if os.path.isdir(path):
+                path = os.path.join(path, "README.md")
+            if path.endswith(".md") and os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    targets.append(f.read())
+        if not targets:
+            continue  # no doc to hold the figures (the links check reports a broken one)
+        for figure in FIGURE.findall(cells[1]):
+            pattern = re.compile(r"(?<![\w.])" + re.escape(figure) + r"(?![\d])")
+            if not any(pattern.search(text) for text in targets):
+                problems.append(Problem(readme.rel, number, "figure",
+                                        f"{figure} ({cells[0]}) is in none of the docs this row links to"))
+    return problems
+
+
+# ---------------------------------------------------------------------------
 # Running the checks
 # ---------------------------------------------------------------------------
 
@@ -636,6 +680,7 @@ def run_checks(root, check_programs=True):
     if check_programs:
         problems += check_flags(root, docs)
     problems += check_cmake_options(root, docs)
+    problems += check_readme_figures(root, docs)
     return docs, problems
 
 
@@ -707,6 +752,13 @@ mpirun -np 2 build/charlm train --lr 1 \\
 tools/check.py --charlm build/charlm --steps 3 && build/examples/tasks/adding --seq_len 9
 [ignored](in/a/fence.md) `core/missing_in_fence.h`
 ```
+
+## Results
+
+| what | result | date | details |
+|---|---|---|---|
+| speed | 0.56x the other's step (1026 ms), 20 steps | 2026-12-07 | [guide](docs/guide.md) |
+| loss | 3.117 bpc (PLANTED-FIGURE) | 2026-12-07 | [guide](docs/guide.md) |
 """)
         write("docs/guide.md", """# Guide
 
@@ -719,6 +771,8 @@ Paths: `core/tensor.h:12`, `core/tensor.h(Tensor)`, `tools/run.sh --fast`, `core
 
 Links: [back](../README.md#project--a-test), [bad anchor](../README.md#nothing)
 (PLANTED-LINK-ANCHOR), [here](#guide), [bad here](#nope) (PLANTED-LINK-SELF).
+
+Figures: the step takes 1026 ms, 0.56x the other's.
 
 Flags: `charlm --checkpoint x` (any subcommand), `build/charlm train --lr 2
 --nope` (PLANTED-FLAG),
@@ -742,6 +796,7 @@ Flags: `charlm --checkpoint x` (any subcommand), `build/charlm train --lr 2
             ("docs/guide.md", line_of("docs/guide.md", "build/wordlm train"), "flag"),
             ("README.md", line_of("README.md", "PLANTED-CMAKE"), "cmake"),
             ("CMakeLists.txt", line_of("CMakeLists.txt", "TCN_UNLISTED"), "cmake"),
+            ("README.md", line_of("README.md", "PLANTED-FIGURE"), "figure"),
         }
         found = [(p.file, p.line, p.check) for p in problems]
         # Without the programs, the same minus the flag check's problems.
