@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Checks the direction of includes between the library's folders.
+
+The library is meant to stand in layers, each using only the ones below it:
+
+    core  <-  cuda  <-  ops  <-  autograd  <-  nn  <-  examples, tests
+
+(core: tensors, storage, devices; cuda: the device runtime and kernels; ops:
+the primitives; autograd: the tape; nn: modules, models, checkpoints). An
+include from a folder to one above it (core including ops/ops.h, say) is an
+upward include: it ties a lower layer to a higher one, so neither can be read,
+tested or replaced alone, and with the downward includes it makes the two
+folders a loop.
+
+Today some upward includes remain; they are listed below in KNOWN, each as
+(including file, included header). This check fails when an include goes
+upward that is not in that list, so that no new one is added while the old
+ones are removed, and when a listed one is gone, so that the list shrinks with
+the code. The emulated device's internals (cuda/emu/) are outside the layers.
+
+    python3 tools/check_layers.py          # exit 1 on a new or a stale entry
+    python3 tools/check_layers.py --list   # every folder-to-folder include, counted
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+
+LAYERS = ["core", "cuda", "ops", "autograd", "nn"]
+RANK = {name: i for i, name in enumerate(LAYERS)}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"tcn/([a-z_]+)/([^"]+)"', re.M)
+SOURCE = re.compile(r"\.(h|cpp|cu|cuh)$")
+
+# The upward includes that remain, (including file, included header).
+KNOWN = {
+    ("core/profile.cpp", "cuda/devices.h"),
+    ("core/step_graph.cpp", "autograd/tape.h"),
+    ("core/step_graph.cpp", "cuda/devices.h"),
+    ("core/step_graph.cpp", "ops/ops.h"),
+    ("core/storage.cpp", "cuda/devices.h"),
+    ("core/tensor.cpp", "autograd/tape.h"),
+    ("core/tensor.cpp", "cuda/devices.h"),
+    ("core/tensor.cpp", "ops/ops.h"),
+    ("cuda/conv1d_cudnn.cu", "ops/ops.h"),
+    ("cuda/cudnn.cu", "ops/ops.h"),
+    ("cuda/dropout.cu", "ops/functors.h"),
+    ("cuda/elementwise.cu", "ops/cpu_loops.h"),
+    ("cuda/elementwise.cu", "ops/functors.h"),
+    ("cuda/gemm.cu", "ops/gemm_layout.h"),
+    ("cuda/kernels.h", "ops/op_lists.h"),
+    ("cuda/lstm_cudnn.cu", "ops/ops.h"),
+    ("cuda/optim.cu", "ops/ops.h"),
+    ("cuda/rows.cu", "ops/ops.h"),
+    ("ops/ops.h", "autograd/tape.h"),
+}
+
+
+def library_files(root):
+    """The tracked sources of the layered folders (cuda/emu/ aside)."""
+    out = subprocess.run(["git", "-C", root, "ls-files", *LAYERS], capture_output=True, text=True, check=True)
+    return [f for f in out.stdout.split() if SOURCE.search(f) and not f.startswith("cuda/emu/")]
+
+
+def includes(root, rel):
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        return [(folder, f"{folder}/{name}") for folder, name in INCLUDE.findall(f.read())]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser.add_argument("--list", action="store_true", help="print every folder-to-folder include, counted")
+    args = parser.parse_args()
+
+    upward, edges = set(), Counter()
+    for rel in library_files(args.root):
+        src = rel.split("/")[0]
+        for folder, header in includes(args.root, rel):
+            if folder == src or folder not in RANK:
+                continue
+            edges[(src, folder)] += 1
+            if RANK[folder] > RANK[src]:
+                upward.add((rel, header))
+    if args.list:
+        for (src, dst), n in sorted(edges.items()):
+            print(f"{src:9} -> {dst:9} {n:3}  {'UPWARD' if RANK[dst] > RANK[src] else ''}")
+    new, stale = sorted(upward - KNOWN), sorted(KNOWN - upward)
+    for rel, header in new:
+        print(f"{rel}: includes {header}, a layer above it ({' <- '.join(LAYERS)}): pass what it needs "
+              "down as an argument or an interface instead")
+    for rel, header in stale:
+        print(f"{rel}: no longer includes {header}: remove the pair from KNOWN in tools/check_layers.py")
+    print(f"check_layers: {len(upward)} upward include(s), {len(KNOWN)} known; {len(new)} new, {len(stale)} stale",
+          file=sys.stderr)
+    return 1 if new or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
