@@ -37,6 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 from models import LSTMCharLM, TCNCharLM  # noqa: E402
 from models_lean import lean_forward  # noqa: E402
 from torch_compat import tf32_state  # noqa: E402
+from atomic_write import check_output_dir, write_atomic  # noqa: E402
 
 
 def log(msg):
@@ -88,6 +89,11 @@ def parse_args(argv=None):
         ap.error("--validseqlen must be in (0, seq_len]")
     if args.vocab < 1 or args.batch_size < 1:
         ap.error("--vocab and --batch_size must be >= 1")
+    if args.profile_out:
+        try:
+            check_output_dir(args.profile_out, "--profile_out")  # before any step runs
+        except ValueError as e:
+            ap.error(str(e))
     return args
 
 
@@ -116,8 +122,7 @@ def profile_steps(args, step, sync, device):
             " times are totals over the steps\n%s\n"
             % (args.profile, args.model, args.variant, args.precision, device, ms, table))
     if args.profile_out:
-        with open(args.profile_out, "w") as f:
-            f.write(text)
+        write_atomic(args.profile_out, text)
         log("bench_torch: profile table written to %s" % args.profile_out)
     else:
         log(text)

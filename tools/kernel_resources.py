@@ -26,6 +26,9 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
+from atomic_write import check_output_dir, write_atomic  # noqa: E402
+
 SMEM_LIMIT = 48 * 1024
 
 
@@ -111,6 +114,11 @@ def main():
     ap.add_argument("--all", action="store_true", help="one row per instantiation, not per kernel template")
     ap.add_argument("--launches", help="the emulated device's launch sizes (TCN_EMU_LAUNCHES)")
     args = ap.parse_args()
+    if args.markdown:
+        try:
+            check_output_dir(args.markdown, "--markdown")  # before minutes of compiling
+        except ValueError as e:
+            sys.exit("kernel_resources: %s" % e)
     cc_path = os.path.join(args.build, "compile_commands.json")
     if not os.path.exists(cc_path):
         sys.exit("kernel_resources: no %s (a CUDA build configured by CMake, e.g. scripts/setup.sh)" % cc_path)
@@ -188,8 +196,7 @@ def main():
                   max(r[6] for r in rows), len(bad)))
     print(summary)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(table + "\n\n" + summary + "\n")
+        write_atomic(args.markdown, table + "\n\n" + summary + "\n")
     for name, problems in bad:
         print("kernel_resources: %s: %s" % (name, "; ".join(problems)), file=sys.stderr)
     return 1 if bad else 0

@@ -18,6 +18,8 @@ import json
 import struct
 import sys
 
+from atomic_write import write_atomic
+
 import torch
 
 _TORCH_TO_ST = {
@@ -79,11 +81,7 @@ def save(path, tensors, metadata=None):
     hbytes = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("utf-8")
     pad = (8 - (8 + len(hbytes)) % 8) % 8
     hbytes += b" " * pad
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hbytes)))
-        f.write(hbytes)
-        for b in blobs:
-            f.write(b)
+    write_atomic(path, b"".join([struct.pack("<Q", len(hbytes)), hbytes] + blobs))
 
 
 def load(path):
