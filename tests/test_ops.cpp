@@ -139,9 +139,9 @@ TEST_CASE("ops: NaN in, NaN out, as in PyTorch: every unary functor, the activat
         {"relu_dropout_add_relu", relu_dropout_add_relu(x, zero, 0.5, gen)},
         {"glu", glu(cat({x, x}, 0))},
     };
-    for (const auto& [name, y] : outs) {
-      INFO(name, " on ", dev.str());
-      const std::vector<float> v = y.to(Device::cpu()).to_vector<float>();
+    for (const auto& out : outs) {  // not a structured binding: INFO captures it (clang 14)
+      INFO(out.first, " on ", dev.str());
+      const std::vector<float> v = out.second.to(Device::cpu()).to_vector<float>();
       CHECK(std::isnan(v[0]));
       CHECK(std::isnan(v[3]));
     }
