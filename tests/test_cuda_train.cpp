@@ -262,7 +262,10 @@ TEST_CASE("CUDA vs CPU: nn::LSTM at the reference size (B 32, H 700, emsize 100)
   Generator g1(41), g2(41);
   nn::LSTM cpu(E, H, 1, g1), gpu(E, H, 1, g2);
   gpu.to(kCuda);
-  compare_lstm(cpu, gpu, 32, 4, 42, 1e-6, 1e-4);
+  // float32 sums of 800 products in another order on each side: 1e-4 relative, and 2e-6 absolute for
+  // gradients near zero (1e-6 was exceeded by 12% on an AVX2 machine in the clang ThreadSanitizer
+  // build, where the CPU's oneDNN kernels and the emulated cuBLAS round differently than on AVX-512).
+  compare_lstm(cpu, gpu, 32, 4, 42, 2e-6, 1e-4);
 }
 
 TEST_CASE("CUDA vs CPU: whole char-LMs moved with Module::to, forward and backward" *
