@@ -19,7 +19,11 @@ std::string weight_norm_name(const std::string& name) {
   return name.substr(0, p) + (name.back() == '0' ? ".weight_g" : ".weight_v");
 }
 
-void load_module(const SafetensorsContents& file, Module& module, const std::string& ignore_prefix) {
+bool has_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.starts_with(p); });
+}
+
+void load_module(const SafetensorsContents& file, Module& module, const std::vector<std::string>& ignore_prefixes) {
   std::vector<std::string> problems;
   // The file's tensors under our names (weight norm's parametrization names mapped), with the file's own.
   std::map<std::string, std::pair<std::string, const Tensor*>> in_file;
@@ -46,7 +50,7 @@ void load_module(const SafetensorsContents& file, Module& module, const std::str
   }
   for (const auto& [ours, named] : in_file) {
     const auto& [name, t] = named;
-    if (!expected.count(ours) && (ignore_prefix.empty() || name.rfind(ignore_prefix, 0) != 0))
+    if (!expected.count(ours) && !has_prefix(name, ignore_prefixes))
       problems.push_back("unexpected '" + name + "' " + shape_str(t->shape()));
   }
   if (!problems.empty()) {

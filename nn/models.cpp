@@ -152,15 +152,20 @@ LSTMCharLM::LSTMCharLM(const LSTMConfig& c, uint64_t seed) : cfg(c) {
 }
 
 Tensor LSTMCharLM::forward(const Tensor& tokens, int64_t keep_last) {
+  return forward_with_state(tokens, std::nullopt, keep_last).first;
+}
+
+std::pair<Tensor, LSTM::State> LSTMCharLM::forward_with_state(const Tensor& tokens, const std::optional<LSTM::State>& state,
+                                                              int64_t keep_last) {
   const auto scope = profile_scope();
   TCN_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "LSTM: tokens must be int64 [batch, time], got ",
             tokens.dtype(), " ", tokens.shape());
   Tensor emb = encoder->forward(tokens);
   if (is_training() && cfg.emb_dropout > 0) emb = dropout(emb, cfg.emb_dropout, dropout_gen_);
-  Tensor out = rnn->forward(emb).first;
+  auto [out, last] = rnn->forward(emb, state);
   const int64_t T = out.size(1);
   if (keep_last > 0 && keep_last < T) out = out.narrow(1, T - keep_last, keep_last);
-  return decoder->forward(drop->forward(out));
+  return {decoder->forward(drop->forward(out)), std::move(last)};
 }
 
 std::unique_ptr<CharLM> make_char_lm(const std::string& kind, const nlohmann::json& config, uint64_t seed) {
@@ -181,11 +186,11 @@ void save_char_lm(const std::string& path, const CharLM& model, const std::vecto
   save_module(path, model, meta, extra_tensors);
 }
 
-LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_prefix) {
-  return load_char_lm(load_safetensors(path), ignore_prefix);
+LoadedCharLM load_char_lm(const std::string& path, const std::vector<std::string>& ignore_prefixes) {
+  return load_char_lm(load_safetensors(path), ignore_prefixes);
 }
 
-LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_prefix) {
+LoadedCharLM load_char_lm(SafetensorsContents file, const std::vector<std::string>& ignore_prefixes) {
   LoadedCharLM out;
   out.file = std::move(file);
   const std::string& path = out.file.path;
@@ -224,11 +229,11 @@ LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_pr
             config.dump());
   int64_t held = 0;
   for (const auto& [name, t] : out.file.tensors)
-    if (ignore_prefix.empty() || name.rfind(ignore_prefix, 0) != 0) held += t.numel();
+    if (!has_prefix(name, ignore_prefixes)) held += t.numel();
   TCN_CHECK(held >= needed, path, ": its config describes a model of ", needed, " parameters, but the file holds ",
             held, " values: truncated, or a corrupt config ", config.dump());
   out.model = make_char_lm(kind, config, 0);
-  load_module(out.file, *out.model, ignore_prefix);
+  load_module(out.file, *out.model, ignore_prefixes);
   return out;
 }
 

@@ -85,6 +85,11 @@ class LSTMCharLM : public CharLM {
  public:
   LSTMCharLM(const LSTMConfig& cfg, uint64_t seed);
   Tensor forward(const Tensor& tokens, int64_t keep_last = 0) override;
+  // The same from `state` (zeros when absent), also returning the LSTM's state
+  // after the last position: truncated backpropagation through time carries
+  // it, detached, into the stream's next window (examples/charlm/carry.h).
+  std::pair<Tensor, LSTM::State> forward_with_state(const Tensor& tokens, const std::optional<LSTM::State>& state,
+                                                     int64_t keep_last = 0);
   std::string kind() const override { return "lstm"; }
   nlohmann::json config_json() const override { return cfg.to_json(); }
   LSTMConfig cfg;
@@ -126,11 +131,11 @@ struct LoadedCharLM {
   SafetensorsContents file;  // everything in the file (metadata, extra tensors)
 };
 // Rebuilds the model from the metadata and loads its weights strictly; tensors
-// under `ignore_prefix` (e.g. "optim.") are left for the caller. The config is
+// under one of `ignore_prefixes` (e.g. "optim.") are left for the caller. The config is
 // validated, and must describe no more parameters than the file holds values,
 // before the model is built (a small file cannot make a huge allocation).
-LoadedCharLM load_char_lm(const std::string& path, const std::string& ignore_prefix = "");
+LoadedCharLM load_char_lm(const std::string& path, const std::vector<std::string>& ignore_prefixes = {});
 // The same over a file already read (the fuzzer's entry point).
-LoadedCharLM load_char_lm(SafetensorsContents file, const std::string& ignore_prefix = "");
+LoadedCharLM load_char_lm(SafetensorsContents file, const std::vector<std::string>& ignore_prefixes = {});
 
 }  // namespace tcn::nn

@@ -37,7 +37,10 @@ compare_losses() {
 train_state() { head -c 65536 "$1" | grep -ao '"train_state":"[^"]*\(\\"[^"]*\)*"' | head -n 1; }
 
 for model in tcn lstm; do
-  flags=(train --data "$dir" --device cpu --model "$model" --batch_size 8 --seq_len 40 --validseqlen 32 --emsize 16
+  # The LSTM carries each stream's state (--lstm_state carry): every rank its own streams, gathered into the checkpoint.
+  windows=(--seq_len 40 --validseqlen 32)
+  [ "$model" = lstm ] && windows=(--seq_len 32)
+  flags=(train --data "$dir" --device cpu --model "$model" --batch_size 8 "${windows[@]}" --emsize 16
          --nhid 24 --levels 2 --dropout 0.2 --emb_dropout 0.1 --max_steps 5 --log-interval 1 --eval_batches 4 --threads 1)
   "$charlm" "${flags[@]}" --metrics "$dir/$model.1.csv" --save "$dir/$model.1.safetensors" > "$dir/$model.1.out"
   "${mpi[@]}" -np 2 "$charlm" "${flags[@]}" --metrics "$dir/$model.2.csv" --save "$dir/$model.2.safetensors" \

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bench.h"
+#include "carry.h"
 #include "data.h"
 #include "generate.h"
 #include "helpers.h"
@@ -18,6 +19,7 @@
 using namespace tcn;
 using namespace charlm;
 namespace fs = std::filesystem;
+using tcn::test::close_ratio;
 using tcn::test::synthetic_text;
 using tcn::test::TempDir;
 
@@ -163,7 +165,7 @@ TEST_CASE("a word-level model trains, checkpoints its tokens, evaluates and resu
   o.save = d.file("w.safetensors");
   o.metrics = d.file("w.csv");
   REQUIRE(run_train(o) == 0);
-  auto loaded = nn::load_char_lm(d.file("w.last.safetensors"), "optim.");
+  auto loaded = nn::load_char_lm(d.file("w.last.safetensors"), charlm::kTrainingTensors);
   CHECK(checkpoint_tokens(loaded.file.metadata) == "word");
   // The 9 synthetic words and <eos> (and a word cut short at the end of a file).
   CHECK(loaded.vocab.size() >= 10);
@@ -223,14 +225,108 @@ TEST_CASE("training lowers the loss, and a resumed run continues exactly") {
   REQUIRE(a.size() == 12);
   CHECK(b == a);  // the resumed run appended steps 4..12 to the same CSV: identical losses
   // The final parameters agree bit for bit.
-  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), "optim.");
-  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), "optim.");
+  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), charlm::kTrainingTensors);
+  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), charlm::kTrainingTensors);
   auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
   REQUIRE(na.size() == nb.size());
   for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
   // Learning happened: the last loss is below the first.
   auto loss_of = [](const std::string& row) { return std::stod(row.substr(row.rfind(',', row.size() - 2) + 1)); };
   CHECK(loss_of(a.back()) < loss_of(a.front()));
+}
+
+TrainOptions carry_options(const TempDir& d) {
+  TrainOptions o = small_options(d);
+  o.model = "lstm";
+  o.nhid = 10;
+  o.seq_len = o.validseqlen = 30;  // --lstm_state carry (the default): windows that do not overlap
+  return o;
+}
+
+TEST_CASE("--lstm_state carry: two windows from the carried state equal one long window") {
+  nn::LSTMCharLM model(nn::LSTMConfig{.vocab_size = 7, .emsize = 5, .nhid = 6, .layers = 2}, 3);
+  model.eval();
+  Generator g(5);
+  std::vector<int64_t> ids;
+  for (double u : rand({3, 24}, {DType::F64}, g).to_vector<double>()) ids.push_back(static_cast<int64_t>(u * 7));
+  const Tensor tokens = from_vector<int64_t>(ids, {3, 24});
+  autograd::NoGrad ng;
+  CarriedState carry(model, 3);
+  Tensor a = carry.forward(tokens.narrow(1, 0, 10).contiguous());
+  Tensor b = carry.forward(tokens.narrow(1, 10, 14).contiguous());
+  Tensor whole = model.forward(tokens);
+  CHECK(close_ratio(cat({a, b}, 1), whole, 1e-6, 1e-6) <= 1);
+  // Reset: the next window starts from zeros again, as a fresh model call does.
+  carry.reset();
+  CHECK(close_ratio(carry.forward(tokens.narrow(1, 0, 10).contiguous()), a, 0, 0) == 0);
+  // Without the carry the second window differs: the check above can fail.
+  CHECK(close_ratio(model.forward(tokens.narrow(1, 10, 14).contiguous()), b, 1e-3, 0) > 1);
+  nn::TCNCharLM tcn_model(nn::TCNConfig{.vocab_size = 7, .emsize = 4, .nhid = 5, .levels = 1}, 3);
+  CHECK_ERROR(CarriedState(tcn_model, 3), "only an LSTM has a state to carry; this model is a tcn");
+}
+
+TEST_CASE("--lstm_state carry trains differently from reset, resumes exactly mid-epoch, and checks its checkpoint") {
+  TempDir d;
+  write_corpus(d, 600, 300);  // 150 characters per stream: 4 windows of 30 per epoch, and a short one
+  TrainOptions carry = carry_options(d), reset = carry_options(d);
+  carry.max_steps = reset.max_steps = 12;  // crosses two epoch ends
+  carry.save = d.file("full.safetensors");
+  carry.metrics = d.file("full.csv");
+  reset.lstm_state = "reset";
+  reset.metrics = d.file("reset.csv");
+  REQUIRE(run_train(carry) == 0);
+  REQUIRE(run_train(reset) == 0);
+  auto a = loss_rows(carry.metrics), r = loss_rows(reset.metrics);
+  REQUIRE(a.size() == 12);
+  REQUIRE(r.size() == 12);
+  CHECK(a[0] == r[0]);  // the first window starts from zeros in both
+  CHECK(a[1] != r[1]);  // the second reads the first's state only when carried
+
+  TrainOptions first = carry_options(d);
+  first.max_steps = 7;  // stops mid-epoch: the checkpoint holds the streams' state
+  first.save = d.file("part.safetensors");
+  first.metrics = d.file("part.csv");
+  REQUIRE(run_train(first) == 0);
+  TrainOptions second = first;
+  second.max_steps = 12;
+  second.resume = d.file("part.last.safetensors");
+  REQUIRE(run_train(second) == 0);
+  CHECK(loss_rows(first.metrics) == a);
+  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), kTrainingTensors);
+  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), kTrainingTensors);
+  auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
+  REQUIRE(na.size() == nb.size());
+  for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
+
+  // The checkpoint says how it was trained, and holds the state it needs.
+  TrainOptions wrong = second;
+  wrong.resume = d.file("part.last.safetensors");
+  REQUIRE(run_train(first) == 0);  // part.last is at step 7 again
+  wrong.lstm_state = "reset";
+  CHECK_ERROR(run_train(wrong), "the checkpoint was trained with --lstm_state carry, this run has --lstm_state reset");
+  {
+    nn::SafetensorsContents f = nn::load_safetensors(d.file("part.last.safetensors"));
+    nn::NamedTensors kept;
+    for (auto& [name, t] : f.tensors)
+      if (!name.starts_with("carry.")) kept.emplace_back(name, t);
+    nn::save_safetensors(d.file("no_carry.safetensors"), kept, f.metadata);
+  }
+  TrainOptions missing = second;
+  missing.resume = d.file("no_carry.safetensors");
+  CHECK_ERROR(run_train(missing), "no 'carry.h': the checkpoint holds no carried LSTM state");
+  TrainOptions overlap = carry_options(d);
+  overlap.seq_len = 40;
+  CHECK_ERROR(run_train(overlap), "--lstm_state carry: windows do not overlap, so --seq_len (40) must equal --validseqlen (30)");
+  int64_t s = 100, v = 320;
+  carry_windows(s, v, true, false);
+  CHECK((s == 100 && v == 100));
+  s = 400, v = 50;
+  carry_windows(s, v, false, true);
+  CHECK((s == 50 && v == 50));
+  s = 400, v = 320;
+  carry_windows(s, v, false, false);
+  CHECK((s == 320 && v == 320));
+  CHECK_ERROR(carry_windows(s = 100, v = 50, true, true), "must equal --validseqlen (50)");
 }
 
 TEST_CASE("the latest checkpoint carries the best loss so far; a run ending on an epoch boundary evaluates once") {
@@ -262,7 +358,7 @@ TEST_CASE("eval and Dropout validate their arguments") {
   EvalOptions e;
   e.checkpoint = "x";
   e.validseqlen = 0;
-  CHECK_ERROR(run_eval(e), "--validseqlen 0 must be in [1, --seq_len = 400]");
+  CHECK_ERROR(run_eval(e), "--validseqlen must be in [1, 1000000], got 0");
   Generator g(1);
   CHECK_ERROR(nn::Dropout(-0.1, g), "Dropout: probability must be in [0, 1], got -0.1");
 }
@@ -282,6 +378,7 @@ TEST_CASE("resume refuses a checkpoint whose config or vocabulary does not match
   r = o;
   r.resume = d.file("m.last.safetensors");
   r.model = "lstm";
+  r.lstm_state = "reset";  // the TCN's windows
   CHECK_ERROR(run_train(r), "checkpoint holds a tcn model but --model is lstm");
   write(d.file("ptb.test.txt"), synthetic_text(1500, 3) + "Z");  // one more character in the vocabulary
   r = o;
@@ -315,7 +412,7 @@ TEST_CASE("an unwritable --save path fails before training; NaN loss stops with 
   // The last checkpoint loads (it was written atomically before the bad step),
   // at the step before the one named. (Its weights need not be finite: at lr
   // 1e30 the last good step's update overflows them; the loss only shows it next.)
-  auto m = nn::load_char_lm(d.file("m.last.safetensors"), "optim.");
+  auto m = nn::load_char_lm(d.file("m.last.safetensors"), charlm::kTrainingTensors);
   CHECK(m.model->num_parameters() > 0);
   const int64_t bad = std::stoll(err.substr(err.find("step ") + 5));
   CHECK(bad >= 1);
@@ -463,8 +560,8 @@ TEST_CASE("Adam: a resumed run continues exactly, as SGD does") {
   auto a = loss_rows(full.metrics), b = loss_rows(first.metrics);
   REQUIRE(a.size() == 12);
   CHECK(b == a);
-  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), "optim.");
-  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), "optim.");
+  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), charlm::kTrainingTensors);
+  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), charlm::kTrainingTensors);
   auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
   REQUIRE(na.size() == nb.size());
   for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());

@@ -88,6 +88,7 @@ charlm::TrainOptions small_train_options(const TempDir& d, const std::string& mo
   o.dropout = 0.2;  // dropout on: the CUDA masks must be the CPU's
   o.emb_dropout = 0.2;
   o.lr = model == "lstm" ? 2.0 : 1.0;
+  if (model == "lstm") o.validseqlen = o.seq_len;  // --lstm_state carry: windows that do not overlap
   o.clip = 0.15;  // active: clipping scales every step
   o.max_steps = 5;
   o.log_interval = 1;
@@ -343,7 +344,7 @@ TEST_CASE("a checkpoint saved from CUDA parameters loads back equal (CPU and CUD
   for (auto& [name, t] : opt.state()) extra.emplace_back("optim." + name, t);
   nn::save_char_lm(d.file("m.safetensors"), m, vocab, {{"note", "from cuda"}}, extra);
 
-  auto loaded = nn::load_char_lm(d.file("m.safetensors"), "optim.");
+  auto loaded = nn::load_char_lm(d.file("m.safetensors"), charlm::kTrainingTensors);
   CHECK(loaded.vocab == vocab);
   CHECK(loaded.file.metadata.at("note") == "from cuda");
   auto want = m.named_parameters(), got = loaded.model->named_parameters();
@@ -357,7 +358,7 @@ TEST_CASE("a checkpoint saved from CUDA parameters loads back equal (CPU and CUD
   // Into a model that already lives on CUDA (load_module copies host -> device), and its optimizer.
   nn::TCNCharLM m2(cfg, 99);
   m2.to(kCuda);
-  nn::load_module(loaded.file, m2, "optim.");
+  nn::load_module(loaded.file, m2, charlm::kTrainingTensors);
   nn::SGD opt2(m2.parameters(), 0.5, 0.9);
   nn::NamedTensors ostate;
   for (auto& [name, t] : loaded.file.tensors)
@@ -450,8 +451,8 @@ TEST_CASE("charlm on CUDA: the first 5 losses equal the CPU's, and a resumed CUD
     auto lr = train_losses(first.metrics);
     REQUIRE(lr.size() == 5);
     for (size_t i = 0; i < lr.size(); ++i) CHECK(lr[i] == lg[i]);
-    auto full = nn::load_char_lm(d.file(std::string(model) + "_gpu.last.safetensors"), "optim.");
-    auto resumed = nn::load_char_lm(d.file(std::string(model) + "_part.last.safetensors"), "optim.");
+    auto full = nn::load_char_lm(d.file(std::string(model) + "_gpu.last.safetensors"), charlm::kTrainingTensors);
+    auto resumed = nn::load_char_lm(d.file(std::string(model) + "_part.last.safetensors"), charlm::kTrainingTensors);
     auto na = full.model->named_parameters(), nb = resumed.model->named_parameters();
     REQUIRE(na.size() == nb.size());
     for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());

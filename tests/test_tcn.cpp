@@ -71,7 +71,7 @@ std::unique_ptr<GoldenModel> load_golden(const std::string& path) {
   g->file = nn::load_safetensors(path);
   g->kwargs = nlohmann::json::parse(g->file.metadata.at("kwargs"));
   g->tcn = std::make_unique<nn::TCN>(nn::TCNOptions::from_json(g->kwargs), g->init, g->drop);
-  nn::load_module(g->file, *g->tcn, "golden.");
+  nn::load_module(g->file, *g->tcn, {"golden."});
   g->tcn->train(g->file.metadata.at("mode") == "train");
   return g;
 }

@@ -64,13 +64,14 @@ std::string last_path(const std::string& save) {
 }
 
 void save_checkpoint(const std::string& path, const nn::CharLM& model, const Vocab& vocab, const nn::Optimizer& opt,
-                     const TrainState& st, const Generator& g, const TrainOptions& o) {
-  nn::Metadata meta{{"train_state", st.to_json(g).dump()},
-                    {"train_options", json{{"optim", o.optim}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
-                                           {"validseqlen", o.validseqlen}, {"clip", o.clip}, {"seed", o.seed}}
-                                          .dump()},
+                     const TrainState& st, const Generator& g, const TrainOptions& o,
+                     const nn::NamedTensors& carried) {
+  json options{{"optim", o.optim}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
+               {"validseqlen", o.validseqlen}, {"clip", o.clip}, {"seed", o.seed}};
+  if (o.model == "lstm") options["lstm_state"] = o.lstm_state;
+  nn::Metadata meta{{"train_state", st.to_json(g).dump()}, {"train_options", options.dump()},
                     {"tokens", tokens_name(vocab.kind)}};
-  nn::NamedTensors extra;
+  nn::NamedTensors extra = carried;
   for (auto& [name, t] : opt.state()) extra.emplace_back("optim." + name, t);
   nn::save_char_lm(path, model, vocab.tokens, meta, extra);
 }
@@ -144,6 +145,11 @@ void check_train_options(const TrainOptions& o, const nn::Metadata& meta) {
   same("batch_size", "--batch_size", o.batch_size);
   same("seq_len", "--seq_len", o.seq_len);
   same("validseqlen", "--validseqlen", o.validseqlen);
+  if (o.model == "lstm") {
+    const std::string theirs = r.js.contains("lstm_state") ? r.string("lstm_state") : "reset";
+    TCN_CHECK(theirs == o.lstm_state, "--resume ", o.resume, ": the checkpoint was trained with --lstm_state ", theirs,
+              ", this run has --lstm_state ", o.lstm_state);
+  }
 }
 
 TrainState read_train_state(const TrainOptions& o, const nn::Metadata& meta, size_t windows_per_epoch,

@@ -30,11 +30,13 @@ struct TrainState {
 // --save m.safetensors: the latest state goes to m.last.safetensors.
 std::string last_path(const std::string& save);
 
+// `carried`: an LSTM's carried state mid-epoch (CarriedState::save), else empty.
 void save_checkpoint(const std::string& path, const tcn::nn::CharLM& model, const Vocab& vocab,
                      const tcn::nn::Optimizer& opt, const TrainState& st, const tcn::Generator& g,
-                     const TrainOptions& o);
+                     const TrainOptions& o, const tcn::nn::NamedTensors& carried = {});
 
-// The resuming run must train as the checkpoint's did: the same streams, windows and optimizer.
+// The resuming run must train as the checkpoint's did: the same streams, windows, optimizer and,
+// for an LSTM, --lstm_state (a checkpoint that does not say was written with reset's protocol).
 void check_train_options(const TrainOptions& o, const tcn::nn::Metadata& meta);
 // The checkpoint's train_state, every value checked against its range.
 TrainState read_train_state(const TrainOptions& o, const tcn::nn::Metadata& meta, size_t windows_per_epoch,

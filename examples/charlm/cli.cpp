@@ -78,8 +78,19 @@ int run_cli(int argc, char** argv, const Program& program) {
   auto* train = app.add_subcommand("train", program.train_help);
   train->add_option("--model", t.model, "tcn or lstm")->capture_default_str()->check(CLI::IsMember({"tcn", "lstm"}));
   train->add_option("--batch_size", t.batch_size, "streams per batch, in [1, 100000]")->capture_default_str();
-  train->add_option("--seq_len", t.seq_len, "window length, history included, in [1, 1000000]")->capture_default_str();
-  train->add_option("--validseqlen", t.validseqlen, "scored positions at the end of each window, in [1, --seq_len]")->capture_default_str();
+  auto* seq_len = train->add_option("--seq_len", t.seq_len,
+                                    "window length, history included, in [1, 1000000] (an LSTM carrying its state: "
+                                    "--validseqlen, no history)")
+                      ->capture_default_str();
+  auto* validseqlen =
+      train->add_option("--validseqlen", t.validseqlen, "scored positions at the end of each window, in [1, --seq_len]")
+          ->capture_default_str();
+  train->add_option("--lstm_state", t.lstm_state,
+                    "the LSTM's protocol: carry (each stream's state passes, detached, to its next window: truncated "
+                    "BPTT, as PyTorch users train LSTMs; windows do not overlap) or reset (every window from zeros, "
+                    "the TCN's protocol)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"carry", "reset"}));
   train->add_option("--emsize", t.emsize, "embedding size, in [1, 65536]")->capture_default_str();
   auto* nhid = t.nhid > 0 ? train->add_option("--nhid", t.nhid, "hidden channels, in [1, 65536]")->capture_default_str()
                           : train->add_option("--nhid", t.nhid,
@@ -138,8 +149,16 @@ int run_cli(int argc, char** argv, const Program& program) {
   eval->add_option("--checkpoint", e.checkpoint, "model checkpoint")->required();
   eval->add_option("--data", e.data, "folder with ptb.*.txt")->capture_default_str();
   eval->add_option("--split", e.split, "train, valid or test")->capture_default_str();
-  eval->add_option("--seq_len", e.seq_len, "window length, in [1, 1000000]")->capture_default_str();
-  eval->add_option("--validseqlen", e.validseqlen, "scored positions per window, in [1, --seq_len]")->capture_default_str();
+  auto* eval_seq_len =
+      eval->add_option("--seq_len", e.seq_len, "window length, in [1, 1000000] (an LSTM carrying its state: --validseqlen)")
+          ->capture_default_str();
+  auto* eval_validseqlen =
+      eval->add_option("--validseqlen", e.validseqlen, "scored positions per window, in [1, --seq_len]")->capture_default_str();
+  eval->add_option("--lstm_state", e.lstm_state,
+                   "an LSTM: carry (the state passes from window to window through the whole split) or reset (every "
+                   "window from zeros)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"carry", "reset"}));
   eval->add_option("--batch_size", e.batch_size, "streams, in [1, 100000]")->capture_default_str();
   eval->add_option("--max_batches", e.max_batches, "at most this many windows, in [0, 1e12] (0: all)")->capture_default_str();
   eval->add_option("--device", e.device)->capture_default_str();
@@ -207,6 +226,10 @@ int run_cli(int argc, char** argv, const Program& program) {
   try {
     // -1 is run_train's "not given" (the model's default); a value given here is checked.
     if (nhid->count() > 0) limits::check("--nhid", t.nhid, 1, limits::kMaxWidth);
+    if (*train && carries_state(t.model, t.lstm_state))
+      carry_windows(t.seq_len, t.validseqlen, seq_len->count() > 0, validseqlen->count() > 0);
+    e.seq_len_given = eval_seq_len->count() > 0;
+    e.validseqlen_given = eval_validseqlen->count() > 0;
     int rc = 0;
     if (*train) rc = run_train(t);
     else if (*eval) rc = run_eval(e);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data.h"
+#include "train.h"
 #include "tcn/core/error.h"
 #include "tcn/core/files.h"
 
@@ -35,7 +36,7 @@ ModelFile load_model_file(const std::string& path, const std::string& flag, cons
   nn::SafetensorsContents file = nn::load_safetensors(path);
   ModelFile out;
   if (nn::is_tcn_checkpoint(file)) {
-    out.loaded = nn::load_char_lm(std::move(file), "optim.");
+    out.loaded = nn::load_char_lm(std::move(file), kTrainingTensors);
     nn::check_finite_state(*out.loaded.model, flag + " " + path);
     return out;
   }

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
+#include "carry.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "flags.h"
@@ -24,9 +26,58 @@ namespace charlm {
 using namespace tcn;
 using Clock = std::chrono::steady_clock;
 
-double evaluate(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_t validseqlen, int64_t max_batches) {
+bool carries_state(const std::string& model, const std::string& lstm_state) {
+  TCN_CHECK(lstm_state == "carry" || lstm_state == "reset", "--lstm_state ", lstm_state, ": expected carry or reset");
+  return model == "lstm" && lstm_state == "carry";
+}
+
+void carry_windows(int64_t& seq_len, int64_t& validseqlen, bool seq_len_given, bool validseqlen_given) {
+  if (seq_len_given && !validseqlen_given) validseqlen = seq_len;
+  else if (!seq_len_given) seq_len = validseqlen;
+  TCN_CHECK(seq_len == validseqlen, "--lstm_state carry: windows do not overlap, so --seq_len (", seq_len,
+            ") must equal --validseqlen (", validseqlen, "); give one of them, or use --lstm_state reset for the "
+            "TCN's protocol");
+}
+
+namespace {
+
+// evaluate() for an LSTM carrying its state: the windows in order, each
+// stream's state passed on; the ranks split the streams when they divide evenly.
+double evaluate_carried(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_t max_batches) {
+  dist::Comm& comm = dist::Comm::world();
+  const int64_t B = source.size(0);
+  const bool split = comm.size() > 1 && B % comm.size() == 0;
+  const Tensor streams = split ? source.narrow(0, comm.rank() * (B / comm.size()), B / comm.size()) : source;
+  const Device dev = model.parameters()[0].device();
+  CarriedState state(model, streams.size(0));
+  double total = 0;
+  int64_t count = 0, n = 0;
+  for (const Window& w : windows(source.size(1), seq_len, seq_len)) {
+    if (max_batches > 0 && n++ >= max_batches) break;
+    auto [inp, tgt] = get_batch(streams, w);
+    const double l = cross_entropy(state.forward(inp.to(dev)), tgt.to(dev)).item();
+    total += l * static_cast<double>(inp.numel());
+    count += inp.numel();
+  }
+  if (split) {
+    total = comm.all_reduce_sum(total);
+    count = static_cast<int64_t>(comm.all_reduce_sum(static_cast<double>(count)));
+  }
+  TCN_CHECK(count > 0, "evaluate: no window to score (source of ", source.size(1), " tokens per stream)");
+  return total / static_cast<double>(count);
+}
+
+}  // namespace
+
+double evaluate(nn::CharLM& model, const Tensor& source, int64_t seq_len, int64_t validseqlen, int64_t max_batches,
+                bool carry) {
   model.eval();
   autograd::NoGrad ng;
+  if (carry) {
+    TCN_CHECK(seq_len == validseqlen, "evaluate: an LSTM carrying its state reads windows that do not overlap; "
+              "seq_len ", seq_len, " != validseqlen ", validseqlen);
+    return evaluate_carried(model, source.to(Device::cpu()), seq_len, max_batches);
+  }
   const int64_t hist = seq_len - validseqlen;
   dist::Comm& comm = dist::Comm::world();
   double total = 0;
@@ -56,9 +107,9 @@ namespace {
 class TrainRun {
  public:
   TrainRun(const TrainOptions& o, nn::CharLM& model, nn::Optimizer& opt, const Vocab& vocab, TrainState& st,
-           const Tensor& valid, const Tensor& test, size_t windows, bool writer)
+           const Tensor& valid, const Tensor& test, size_t windows, bool writer, CarriedState* carry)
       : o_(o), model_(model), opt_(opt), vocab_(vocab), st_(st), valid_(valid), test_(test), windows_(windows),
-        writer_(writer), kind_(vocab.kind), say_{!o.quiet && writer}, tty_(!o.quiet && stderr_is_tty()),
+        writer_(writer), carry_(carry), kind_(vocab.kind), say_{!o.quiet && writer}, tty_(!o.quiet && stderr_is_tty()),
         log_(o.metrics, !o.resume.empty(), vocab.kind), start_(Clock::now()) {}
 
   bool tty() const { return tty_; }
@@ -86,7 +137,7 @@ class TrainRun {
   void eval_line(Trainer& t) {
     t.read_losses();
     const auto t_eval = Clock::now();
-    const double vloss = evaluate(model_, valid_, o_.seq_len, o_.validseqlen, o_.eval_batches);
+    const double vloss = evaluate(model_, valid_, o_.seq_len, o_.validseqlen, o_.eval_batches, carry_ != nullptr);
     model_.train();
     say_("| step %lld | valid loss %.3f | valid %s %.3f\n", static_cast<long long>(st_.step), vloss, score_name(kind_),
          score(kind_, vloss));
@@ -94,9 +145,17 @@ class TrainRun {
     t.exclude_time(Clock::now() - t_eval);
   }
 
-  // The latest state to *.last.safetensors (--save_every, a signal, each epoch end).
-  void save_last(const TrainState& st) {
-    if (writer_) save_checkpoint(last_path(o_.save), model_, vocab_, opt_, st, model_.dropout_generator(), o_);
+  // The carried LSTM state a checkpoint at `st` needs: none at an epoch's
+  // start (it begins from zeros). Every rank calls it: under data parallelism
+  // it gathers the ranks' streams.
+  nn::NamedTensors carried(const TrainState& st) const {
+    return carry_ && st.next_batch > 0 ? carry_->save(dist::Comm::world()) : nn::NamedTensors{};
+  }
+
+  // The latest state to *.last.safetensors (--save_every, a signal, each epoch end); every rank calls it.
+  void save_last(const TrainState& st) { write_last(st, carried(st)); }
+  void write_last(const TrainState& st, const nn::NamedTensors& carried) {
+    if (writer_) save_checkpoint(last_path(o_.save), model_, vocab_, opt_, st, model_.dropout_generator(), o_, carried);
   }
 
   // Valid and test loss, the learning-rate schedule, the checkpoints.
@@ -106,9 +165,10 @@ class TrainRun {
   // false: it was just written at an epoch end), one line, exit 128 + signal.
   int interrupted(int code, bool save_now) {
     log_.close();
+    const nn::NamedTensors carry = save_now && !o_.save.empty() ? carried(st_) : nn::NamedTensors{};
     if (!writer_) return code;
     if (!o_.save.empty()) {
-      if (save_now) save_last(st_);
+      if (save_now) write_last(st_, carry);
       std::fprintf(stderr, "charlm: interrupted at step %lld; checkpoint saved to %s\n",
                    static_cast<long long>(st_.step), last_path(o_.save).c_str());
     } else {
@@ -132,6 +192,7 @@ class TrainRun {
   const Tensor &valid_, &test_;
   size_t windows_;
   bool writer_;
+  CarriedState* carry_;  // an LSTM carrying its state (--lstm_state carry), else null
   Tokens kind_;
   Console say_;
   bool tty_;
@@ -141,8 +202,8 @@ class TrainRun {
 
 void TrainRun::end_epoch(bool full_epoch) {
   TrainState& st = st_;
-  const double vloss = evaluate(model_, valid_, o_.seq_len, o_.validseqlen, o_.eval_batches);
-  const double tloss = evaluate(model_, test_, o_.seq_len, o_.validseqlen, o_.eval_batches);
+  const double vloss = evaluate(model_, valid_, o_.seq_len, o_.validseqlen, o_.eval_batches, carry_ != nullptr);
+  const double tloss = evaluate(model_, test_, o_.seq_len, o_.validseqlen, o_.eval_batches, carry_ != nullptr);
   say_("| end of epoch %3lld | step %lld | valid loss %.3f | valid %s %.3f | test %s %.3f | %.1f s%s\n",
        static_cast<long long>(st.epoch), static_cast<long long>(st.step), vloss, score_name(kind_), score(kind_, vloss),
        score_name(kind_), score(kind_, tloss), elapsed(), full_epoch ? "" : " (partial epoch)");
@@ -171,10 +232,11 @@ void TrainRun::end_epoch(bool full_epoch) {
   if (improved) st.best_vloss = vloss;
   TrainState saved = st;
   if (full_epoch) saved.epoch = st.epoch + 1;
+  const nn::NamedTensors carry = o_.save.empty() ? nn::NamedTensors{} : carried(saved);
   if (!o_.save.empty() && writer_) {
-    save_last(saved);
+    write_last(saved, carry);
     if (improved) {
-      save_checkpoint(o_.save, model_, vocab_, opt_, saved, model_.dropout_generator(), o_);
+      save_checkpoint(o_.save, model_, vocab_, opt_, saved, model_.dropout_generator(), o_, carry);
       say_("saved best model (valid %s %.3f) to %s\n", score_name(kind_), score(kind_, vloss), o_.save.c_str());
     }
     std::fflush(stdout);
@@ -213,15 +275,16 @@ int run_train(TrainOptions o) {
       o.model.c_str(), o.tokens.c_str(), static_cast<long long>(model.num_parameters()),
       static_cast<long long>(corpus.vocab.size()), device.str().c_str(), num_threads(), o.precision.c_str(),
       precision_note(o.precision, device).c_str());
-  say("data %s: train %lld %s -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)\n",
+  say("data %s: train %lld %s -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)%s\n",
       o.data.c_str(), static_cast<long long>(train.numel()), rate_unit(kind), static_cast<long long>(o.batch_size),
       static_cast<long long>(train.size(1)), wins.size(), static_cast<long long>(o.seq_len),
-      static_cast<long long>(o.validseqlen));
+      static_cast<long long>(o.validseqlen),
+      o.model != "lstm"           ? ""
+      : carries_state(o.model, o.lstm_state) ? "; the LSTM's state carried from window to window (--lstm_state carry)"
+                                  : "; every window from a zero state (--lstm_state reset)");
   if (!o.resume.empty())
     say("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(), static_cast<long long>(st.epoch),
         static_cast<long long>(st.next_batch), static_cast<long long>(st.step));
-  TrainRun run(o, model, *start.opt, corpus.vocab, st, valid, test, wins.size(), writer);
-
   // The training split on the device once, so a batch is a slice of it there.
   // Data-parallel: this rank's equal share of the streams; dropout draws its
   // slice of the whole batch's masks (Generator::set_shard), so N ranks draw
@@ -229,11 +292,21 @@ int run_train(TrainOptions o) {
   const int64_t local_batch = o.batch_size / world;
   const Tensor train_src = (world > 1 ? train.narrow(0, rank * local_batch, local_batch) : train).to(device);
   if (comm.launched()) model.dropout_generator().set_shard(static_cast<uint64_t>(rank), static_cast<uint64_t>(world));
+  // --lstm_state carry: each of this rank's streams carries its LSTM state
+  // from window to window (carry.h); resumed mid-epoch, from the checkpoint's.
+  std::optional<CarriedState> carry;
+  if (carries_state(o.model, o.lstm_state)) {
+    carry.emplace(model, train_src.size(0));
+    carry->set_shard(rank * local_batch, o.batch_size);
+    if (st.next_batch > 0) carry->load(start.carried, "--resume " + o.resume);
+  }
+  TrainRun run(o, model, *start.opt, corpus.vocab, st, valid, test, wins.size(), writer, carry ? &*carry : nullptr);
   const int64_t hist = o.seq_len - o.validseqlen;  // the history each window reads before the positions it scores
   Trainer trainer;
   trainer.setup(model, *start.opt, device,
-                [&](const Batch& b) {  // the last `scored` positions only
-                  const int64_t scored = b.input.size(1) - hist;
+                [&](const Batch& b) {
+                  if (carry) return cross_entropy(carry->forward(b.input), b.target);  // every position
+                  const int64_t scored = b.input.size(1) - hist;  // the last `scored` positions only
                   return cross_entropy(model.forward(b.input, scored), b.target.narrow(1, hist, scored));
                 },
                 TrainerOptions{.clip = o.clip, .graph = parse_graph_mode(o.cuda_graph),
@@ -253,6 +326,7 @@ int run_train(TrainOptions o) {
   bool stop = false;  // --max_steps reached
   for (; st.epoch <= o.epochs && !stop; ++st.epoch) {
     model.train();
+    if (carry && st.next_batch == 0) carry->reset();  // every stream starts from zeros
     for (int64_t bi = st.next_batch; bi < static_cast<int64_t>(wins.size()); ++bi) {
       if (trainer.stop_requested()) return run.interrupted(trainer.interrupt(), true);
       if (o.max_steps > 0 && st.step >= o.max_steps) {
@@ -289,8 +363,7 @@ int run_train(TrainOptions o) {
 int run_eval(const EvalOptions& o) {
   using namespace limits;
   check("--seq_len", o.seq_len, 1, kMaxSeqLen);
-  TCN_CHECK(o.validseqlen > 0 && o.validseqlen <= o.seq_len, "--validseqlen ", o.validseqlen,
-            " must be in [1, --seq_len = ", o.seq_len, "]");
+  check("--validseqlen", o.validseqlen, 1, kMaxSeqLen);
   check("--batch_size", o.batch_size, 1, kMaxBatch);
   check("--max_batches", o.max_batches, 0, kMaxCount, " (0: all)");
   check("--threads", o.threads, 0, kMaxThreads, " (0: the default)");
@@ -304,12 +377,17 @@ int run_eval(const EvalOptions& o) {
                                                         .tokens = o.tokens, .allow_extra = o.allow_extra})
                            .loaded;
   Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
+  // An LSTM carries its state through the split unless --lstm_state reset; its windows do not overlap.
+  const bool carry = carries_state(m.model->kind(), o.lstm_state);
+  int64_t seq_len = o.seq_len, validseqlen = o.validseqlen;
+  if (carry) carry_windows(seq_len, validseqlen, o.seq_len_given, o.validseqlen_given);
+  TCN_CHECK(validseqlen <= seq_len, "--validseqlen ", validseqlen, " must be in [1, --seq_len = ", seq_len, "]");
   const std::string file = o.data + "/ptb." + o.split + ".txt";
   const std::string text = read_data_file(file);
-  Tensor source = batchify(vocab.encode(text, file), o.batch_size, o.seq_len, file);
+  Tensor source = batchify(vocab.encode(text, file), o.batch_size, seq_len, file);
   m.model->to(device);
   auto t0 = Clock::now();
-  double loss = evaluate(*m.model, source, o.seq_len, o.validseqlen, o.max_batches);  // sharded under mpirun
+  double loss = evaluate(*m.model, source, seq_len, validseqlen, o.max_batches, carry);  // sharded under mpirun
   // Finite weights can still overflow: a non-finite loss is an error, never a score.
   TCN_CHECK(std::isfinite(loss), o.checkpoint, " ", o.split, ": the loss is ", loss,
             " (the model's outputs overflow on this data); no score");

@@ -4,14 +4,26 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tcn/core/autocast.h"
 #include "tcn/nn/models.h"
 
 namespace charlm {
 
+// The tensors a charlm checkpoint holds besides the model's parameters: the
+// optimizer's state ("optim.") and, with --lstm_state carry, every stream's
+// LSTM state ("carry."). Loaders of its checkpoints leave them aside.
+inline const std::vector<std::string> kTrainingTensors{"optim.", "carry."};
+
 struct TrainOptions {
   std::string model = "tcn";
+  // The LSTM's protocol. carry (truncated backpropagation through time, as
+  // PyTorch users train LSTMs): each stream's state passes, detached, from one
+  // window to the next; windows do not overlap (seq_len == validseqlen) and
+  // every position is scored. reset: the TCN's protocol, every window from a
+  // zero state with seq_len - validseqlen positions of warm-up.
+  std::string lstm_state = "carry";
   // char: the char_cnn recipe; word: word_cnn's (words with <eos>, embedding
   // init N(0, 0.01), lr halved when valid loss is no better than the last 5 epochs').
   std::string tokens = "char";
@@ -56,6 +68,8 @@ struct EvalOptions {
   std::string tokens = "char";  // a PyTorch state_dict's tokens ("word" for wordlm); ours say their own
   bool allow_extra = false;  // a PyTorch state_dict's tensors that are no parameter: skipped, not an error
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
+  std::string lstm_state = "carry";  // an LSTM's: carried through the split (TrainOptions::lstm_state)
+  bool seq_len_given = false, validseqlen_given = false;  // on the command line (carry_windows)
   int threads = 0;
   std::string precision = "fp32";
 };
@@ -65,8 +79,20 @@ int run_eval(const EvalOptions& opts);
 // last validseqlen positions of each window; at most max_batches windows (0: all).
 // In a data-parallel run (nn/distributed.h) each rank scores every size()-th
 // window and the sums are reduced, so every rank returns the same mean.
+// With `carry` (an LSTM; seq_len == validseqlen) each stream's state passes
+// from window to window through the whole split, as PyTorch's
+// word_language_model evaluates; the ranks then split the streams (when the
+// batch divides evenly; otherwise each scores all of them).
 double evaluate(tcn::nn::CharLM& model, const tcn::Tensor& source, int64_t seq_len, int64_t validseqlen,
-                int64_t max_batches = 0);
+                int64_t max_batches = 0, bool carry = false);
+
+// Whether a model of kind `model` ("tcn", "lstm") carries its state under
+// --lstm_state `lstm_state` (carry or reset; anything else is an error).
+bool carries_state(const std::string& model, const std::string& lstm_state);
+// The windows of a model that carries its state do not overlap: a length
+// given alone (`*_given`: the flag was on the command line) sets the other;
+// neither given: seq_len = validseqlen; two different ones are an error.
+void carry_windows(int64_t& seq_len, int64_t& validseqlen, bool seq_len_given, bool validseqlen_given);
 
 // "" for fp32; for bf16 and tf32, what they mean on this device and build.
 std::string precision_note(const std::string& precision, const tcn::Device& device);

@@ -143,6 +143,10 @@ void validate(const TrainOptions& o) {
   check("--eval_batches", o.eval_batches, 0, kMaxCount, " (0: all)");
   check("--eval_interval", o.eval_interval, 0, kMaxCount, " (0: epoch ends only)");
   check("--save_every", o.save_every, 0, kMaxCount, " (0: epoch ends only)");
+  if (carries_state(o.model, o.lstm_state))
+    TCN_CHECK(o.seq_len == o.validseqlen, "--lstm_state carry: windows do not overlap, so --seq_len (", o.seq_len,
+              ") must equal --validseqlen (", o.validseqlen, "); give one of them, or use --lstm_state reset for "
+              "the TCN's protocol");
 }
 
 }  // namespace
@@ -195,9 +199,10 @@ TrainStart start_training(const TrainOptions& o, const Corpus& corpus, size_t wi
   TrainState st;
   st.lr = o.lr;
   nn::LoadedCharLM resumed;
+  nn::NamedTensors carried;
   uint64_t dropout_seed = 0, dropout_offset = 0;
   if (!o.resume.empty()) {
-    resumed = nn::load_char_lm(o.resume, "optim.");
+    resumed = nn::load_char_lm(o.resume, kTrainingTensors);
     model = std::move(resumed.model);
     TCN_CHECK(model->kind() == o.model, "--resume ", o.resume, ": checkpoint holds a ", model->kind(),
               " model but --model is ", o.model);
@@ -236,7 +241,7 @@ TrainStart start_training(const TrainOptions& o, const Corpus& corpus, size_t wi
       TCN_CHECK(init.foreign || (init.loaded.model->kind() == o.model && init.loaded.model->config_json() == flags),
                 "--init ", o.init, ": the checkpoint's ", init.loaded.model->kind(), " config ",
                 init.loaded.model->config_json().dump(), " does not match the flags ", flags.dump());
-      nn::load_module(init.loaded.file, *model, "optim.");
+      nn::load_module(init.loaded.file, *model, kTrainingTensors);
     }
   }
   model->to(device);
@@ -246,10 +251,12 @@ TrainStart start_training(const TrainOptions& o, const Corpus& corpus, size_t wi
     for (auto& [name, t] : resumed.file.tensors)
       if (name.rfind("optim.", 0) == 0) ostate.emplace_back(name.substr(6), t);
     opt->load_state(ostate);
+    for (auto& [name, t] : resumed.file.tensors)
+      if (name.starts_with("carry.")) carried.emplace_back(name, t);
     model->dropout_generator().set_state(dropout_seed, dropout_offset);
     opt->lr = st.lr;
   }
-  return {std::move(model), std::move(opt), st};
+  return {std::move(model), std::move(opt), st, std::move(carried)};
 }
 
 }  // namespace charlm

@@ -43,6 +43,7 @@ struct TrainStart {
   std::unique_ptr<tcn::nn::CharLM> model;
   std::unique_ptr<tcn::nn::Optimizer> opt;
   TrainState state;
+  tcn::nn::NamedTensors carried;  // resumed mid-epoch: the checkpoint's carried LSTM state ("carry.*")
 };
 TrainStart start_training(const TrainOptions& o, const Corpus& corpus, size_t windows_per_epoch,
                           const tcn::Device& device);

@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       return 0;
     }
-    loaded = tcn::nn::load_char_lm(std::move(file), "optim.");
+    loaded = tcn::nn::load_char_lm(std::move(file), charlm::kTrainingTensors);
   } catch (const tcn::Error&) {
     return 0;  // rejected with a message: the expected outcome for most inputs
   }
