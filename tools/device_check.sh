@@ -394,8 +394,11 @@ if want 3; then
 train() {  # NAME MODEL EXTRA...: a training run on the device; its CSV in $LOGS, its checkpoints in $BULK
   local name=$1 model=$2
   shift 2
-  step "$name" "$(lim 10 120)" "$GPU_CHARLM" train --model "$model" --device cuda --data "$PTB_DIR" "${TF[@]}" "$@" \
-    --metrics "$LOGS/$name.csv" --save "$BULK/$name.safetensors"
+  local windows=()  # the rehearsal's short windows, per model (the bundle's ref/rehearse_windows_*)
+  # shellcheck disable=SC2207
+  (( REHEARSE )) && windows=($(cat "$B/ref/rehearse_windows_$model" 2>/dev/null))
+  step "$name" "$(lim 10 120)" "$GPU_CHARLM" train --model "$model" --device cuda --data "$PTB_DIR" "${TF[@]}" \
+    "${windows[@]}" "$@" --metrics "$LOGS/$name.csv" --save "$BULK/$name.safetensors"
   local steps graphline
   steps=$(grep -c '^train,' "$LOGS/$name.csv" 2>/dev/null)
   graphline=$(grep -m1 '^cuda graph:' "$LOGS/$name.log" | cut -c1-120)
@@ -523,13 +526,15 @@ elif [ -z "$SAN" ]; then
   row "6. memcheck, 3 training steps" "FAILED (compute-sanitizer not found)" 0 "PATH, /usr/local/cuda*/bin"
 else
   for m in tcn lstm; do
+    windows=(--seq_len 200 --validseqlen 160)
+    [ "$m" = lstm ] && windows=(--seq_len 160)  # the LSTM carries its state: windows that do not overlap
     # --report-api-errors no: the run makes API calls that fail by design and are handled (a capture that
     # is tried and refused); memory errors are what this looks for. --conv_impl gemm: our kernels, and
     # cuDNN's algorithm search (many trial launches) kept out of the sanitizer's slowdown. The reference
     # model at a quarter of the batch and half the window: the same kernels, in time under memcheck.
     step "memcheck_$m" "$(lim 60 0)" "$SAN" --tool memcheck --report-api-errors no --error-exitcode 86 --print-limit 30 \
       "$GPU_CHARLM" train --model "$m" --device cuda --conv_impl gemm --data "$PTB_DIR" --max_steps 3 --log-interval 1 \
-      --batch_size 8 --seq_len 200 --validseqlen 160 --eval_batches 1 --metrics "$LOGS/memcheck_$m.csv"
+      --batch_size 8 "${windows[@]}" --eval_batches 1 --metrics "$LOGS/memcheck_$m.csv"
     verdict=$(grep -E 'ERROR SUMMARY' "$LOGS/memcheck_$m.log" | tail -1 | sed 's/^========= //')
     (( RC == 86 )) && STATUS="ERRORS FOUND"
     row "6. memcheck, 3 training steps of $m" "$STATUS" "$SECS" "${verdict:-no summary line}"

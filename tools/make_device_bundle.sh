@@ -205,12 +205,16 @@ echo "   with TCN_SOURCE_DIR elsewhere they fail, as they must: tests/golden/ is
 # --device cuda and compares; the rehearsal's flags are small enough for the
 # emulated device. Two threads, as CI's tests.
 TRAIN_FLAGS="--max_steps 20 --log-interval 1 --eval_batches 4"
-REHEARSE_FLAGS="--max_steps 5 --log-interval 1 --eval_batches 1 --batch_size 4 --seq_len 100 --validseqlen 80"
+REHEARSE_FLAGS="--max_steps 5 --log-interval 1 --eval_batches 1 --batch_size 4"
+# The rehearsal's short windows, per model: the TCN reads 100 and scores the last 80; the LSTM
+# carries its state (--lstm_state carry) across windows of 80 that do not overlap.
+echo "--seq_len 100 --validseqlen 80" >"$BUNDLE/ref/rehearse_windows_tcn"
+echo "--seq_len 80" >"$BUNDLE/ref/rehearse_windows_lstm"
 echo "$TRAIN_FLAGS" >"$BUNDLE/ref/train_flags"
 echo "$REHEARSE_FLAGS" >"$BUNDLE/ref/rehearse_flags"
 for m in tcn lstm; do
   for cfg in train rehearse; do
-    [ "$cfg" = train ] && flags=$TRAIN_FLAGS || flags=$REHEARSE_FLAGS
+    [ "$cfg" = train ] && flags=$TRAIN_FLAGS || flags="$REHEARSE_FLAGS $(cat "$BUNDLE/ref/rehearse_windows_$m")"
     echo "-- CPU reference: charlm train --model $m --device cpu --threads 2 $flags"
     t=$(date +%s)
     # shellcheck disable=SC2086

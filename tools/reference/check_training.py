@@ -8,13 +8,20 @@ configuration, writes its initial weights as a tcn checkpoint, runs
 dropout off, runs the same N steps in PyTorch (same data order: characters
 batchified into 32 streams, windows of 400 advancing by 320, SGD lr 4, clip
 0.15; words into 16 streams, windows of 80 advancing by 40, lr 4, clip 0.35),
-and compares the per-step losses.
+and compares the per-step losses and the parameters after the last step.
+
+The LSTM trains as charlm does by default (--lstm_state carry: truncated
+backpropagation through time, windows of 320 that do not overlap, each stream's
+(h, c) carried into its next window detached, every position scored), or with
+--lstm_state reset as the TCN does (every window from zeros).
 
     /usr/bin/python3 tools/reference/check_training.py --charlm build/charlm --data data/ptb [--model tcn] [--steps 20]
+    /usr/bin/python3 tools/reference/check_training.py --charlm build/charlm --data data/ptb --model lstm [--lstm_state reset]
     /usr/bin/python3 tools/reference/check_training.py --wordlm build/wordlm --data data/ptb --model word --rtol 1e-4
 
-Prints one line per step and PASS/FAIL (max relative difference <= --rtol, 1e-3
-by default). Exit status 0 on PASS.
+Prints one line per step, each parameter tensor's largest difference relative to
+its largest value, and PASS/FAIL (losses within --rtol, 1e-3 by default;
+parameters within --param_rtol, 1e-4). Exit status 0 on PASS.
 """
 import argparse
 import csv
@@ -47,6 +54,10 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--param_rtol", type=float, default=1e-4,
+                    help="the final parameters: max |ours - theirs| / max |theirs| per tensor")
+    ap.add_argument("--lstm_state", default="carry", choices=["carry", "reset"],
+                    help="the LSTM's protocol (charlm's --lstm_state)")
     ap.add_argument("--seed", type=int, default=1111)
     ap.add_argument("--lr", type=float, default=4.0, help="the reference's lr (4) unless given")
     ap.add_argument("--fp64", action="store_true",
@@ -86,6 +97,9 @@ def main():
         batch, seq_len, validseqlen, lr, clip = 16, 80, 40, args.lr, 0.35
     else:
         batch, seq_len, validseqlen, lr, clip = 32, 400, 320, args.lr, 0.15
+    carry = args.model == "lstm" and args.lstm_state == "carry"
+    if carry:
+        seq_len = validseqlen  # windows that do not overlap; charlm's default for --lstm_state carry
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = os.path.join(tmp, "init.safetensors")
@@ -96,13 +110,18 @@ def main():
             meta["tokens"] = "word"
         safetensors_io.save(ckpt, tensors, meta)
         metrics = os.path.join(tmp, "m.csv")
+        final = os.path.join(tmp, "final.safetensors")
         cmd = [args.wordlm if words else args.charlm, "train", "--model", kind, "--init", ckpt, "--data", args.data,
                "--dropout", "0", "--emb_dropout", "0", "--max_steps", str(args.steps), "--lr", str(lr), "--log-interval", "1",
-               "--metrics", metrics, "--eval_batches", "1", "--threads", str(args.threads), "--device", "cpu"]
+               "--metrics", metrics, "--eval_batches", "1", "--threads", str(args.threads), "--device", "cpu",
+               "--save", final]
+        if args.model == "lstm":
+            cmd += ["--lstm_state", args.lstm_state]
         print("running:", " ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(metrics) as f:
             ours = [float(r["loss"]) for r in csv.DictReader(f) if r["event"] == "train"]
+        ours_params, _ = safetensors_io.load(os.path.join(tmp, "final.last.safetensors"))
 
     # PyTorch, the reference loop; with --fp64 also in float64, from the same
     # initial weights, to show how far float32 rounding alone moves the losses.
@@ -116,6 +135,7 @@ def main():
         opt = torch.optim.SGD(net.parameters(), lr=lr)
         net.train()
         losses = []
+        hidden = None  # carry: each stream's (h, c), carried from window to window
         for i in range(0, n - 1, validseqlen):
             if len(losses) == args.steps:
                 break
@@ -125,7 +145,11 @@ def main():
             sl = min(seq_len, n - 1 - i)
             inp, tgt = source[:, i:i + sl], source[:, i + 1:i + 1 + sl]
             opt.zero_grad()
-            out = net(inp)
+            if carry:  # truncated BPTT: the state enters detached, as PyTorch's word_language_model does
+                out, hidden = net.forward_with_state(inp, hidden)
+                hidden = tuple(s.detach() for s in hidden)
+            else:
+                out = net(inp)
             h = seq_len - validseqlen
             loss = F.cross_entropy(out[:, h:].reshape(-1, len(vocab)), tgt[:, h:].reshape(-1))
             loss.backward()
@@ -152,10 +176,26 @@ def main():
         print("against float64 PyTorch: tcn max %.2e, float32 PyTorch max %.2e" % (worst_ours64, worst_fp32))
     if args.against == "fp64":
         worst = worst_ours64
-    ok = len(ours) == len(theirs) == args.steps and worst <= args.rtol and all(map(math.isfinite, ours))
-    print("%s  %s: %d training steps on PTB, max relative loss difference %.2e from %s PyTorch (tolerance %.0e)"
-          % ("PASS" if ok else "FAIL", args.model, len(ours), worst,
-             "float64" if args.against == "fp64" else "float32", args.rtol))
+    # The parameters after the last step, as charlm saved them (its *.last.safetensors).
+    worst_param = 0.0
+    theirs_params = models.canonical_state_dict(model)
+    for name, t in theirs_params.items():
+        mine = ours_params.get(name)
+        if mine is None or tuple(mine.shape) != tuple(t.shape):
+            print("parameter %s: missing or of another shape in charlm's checkpoint" % name)
+            worst_param = float("inf")
+            continue
+        scale = t.abs().max().item()
+        rel = (mine.double() - t.double()).abs().max().item() / scale if scale > 0 else 0.0
+        worst_param = max(worst_param, rel)
+        print("parameter %-24s max |diff| / max |value| %.2e" % (name, rel))
+    ok = (len(ours) == len(theirs) == args.steps and worst <= args.rtol and all(map(math.isfinite, ours))
+          and worst_param <= args.param_rtol)
+    protocol = " (--lstm_state %s)" % args.lstm_state if args.model == "lstm" else ""
+    print("%s  %s%s: %d training steps on PTB, max relative loss difference %.2e from %s PyTorch (tolerance %.0e); "
+          "parameters after them within %.2e (tolerance %.0e)"
+          % ("PASS" if ok else "FAIL", args.model, protocol, len(ours), worst,
+             "float64" if args.against == "fp64" else "float32", args.rtol, worst_param, args.param_rtol))
     return 0 if ok else 1
 
 

@@ -132,9 +132,13 @@ class LSTMCharLM(nn.Module):
         self.decoder = nn.Linear(nhid, vocab)
 
     def forward(self, x):
+        return self.forward_with_state(x, None)[0]
+
+    def forward_with_state(self, x, hidden):
+        """Logits and the LSTM's (h, c) after the last position, from `hidden` (None: zeros)."""
         emb = self.drop_emb(self.encoder(x))
-        out, _ = self.rnn(emb)
-        return self.decoder(self.drop(out))
+        out, hidden = self.rnn(emb, hidden)
+        return self.decoder(self.drop(out)), hidden
 
 
 # --------------------------------------------------------------------------
