@@ -17,8 +17,12 @@ jobs=${JOBS:-1}
 build=${BUILD_DIR:-build-fuzz}
 
 # oneDNN off: it uses GNU OpenMP, clang's builds use LLVM's; one process should not load both.
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DTCN_CUDA=OFF -DTCN_ONEDNN=OFF -DTCN_FUZZ=ON -DTCN_BUILD_TESTS=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+# A build already configured is reused as it is (CI configures build-fuzz with the test suites
+# too, runs them, then fuzzes: .ci/run).
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DTCN_CUDA=OFF -DTCN_ONEDNN=OFF -DTCN_FUZZ=ON -DTCN_BUILD_TESTS=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+fi
 cmake --build "$build" -j"$(nproc)" --target fuzz_checkpoint charlm >/dev/null
 
 mkdir -p "$build/corpus" "$build/findings"
