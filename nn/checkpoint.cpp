@@ -1,5 +1,6 @@
 #include "tcn/nn/checkpoint.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 

@@ -117,13 +117,14 @@ converts() {
   shift
   "$py" "$conv" "$@" >"$dir/$case.out" 2>"$dir/$case.err" || bad "$case: failed: $(cat "$dir/$case.err")"
 }
-eval_flags=(--seq_len 40 --validseqlen 30 --batch_size 2 --device cpu --threads 2)
+eval_flags=(--batch_size 2 --device cpu --threads 2)
+windows=(--seq_len 40 --validseqlen 30)  # the TCN's; an LSTM carries its state across windows that do not overlap
 # bpc CASE CHECKPOINT ARGS...: charlm eval's bpc in $B (empty if none), its stderr in $dir/CASE.eval.err.
 bpc() {
   local case=$1 ckpt=$2
   shift 2
   B=""
-  if ! "$charlm" eval --checkpoint "$ckpt" "${eval_flags[@]}" "$@" >"$dir/$case.eval.out" 2>"$dir/$case.eval.err"; then
+  if ! "$charlm" eval --checkpoint "$ckpt" "${eval_flags[@]}" "${windows[@]}" "$@" >"$dir/$case.eval.out" 2>"$dir/$case.eval.err"; then
     bad "$case: charlm eval failed: $(cat "$dir/$case.eval.err")"
     return 0
   fi
@@ -173,7 +174,9 @@ bpc wrapped "$dir/wrapped.safetensors" --data "$dir/data"
 # An LSTM checkpoint dict ("state_dict" plus an int) with --vocab, over an earlier file.
 cp "$dir/keep.orig" "$dir/lstm.safetensors"
 converts lstm "$dir/lstm.pt" "$dir/lstm.safetensors" --vocab "$dir/vocab.json"
+windows=(--seq_len 40)
 bpc lstm "$dir/lstm.safetensors" --data "$dir/data"
+windows=(--seq_len 40 --validseqlen 30)
 grep -q 'a PyTorch lstm state_dict (no tcn metadata): vocab_size 11, emsize 8, nhid 12, layers 1' \
   "$dir/lstm.eval.err" || bad "lstm: no config line: $(cat "$dir/lstm.eval.err")"
 if grep -q warning "$dir/lstm.eval.err"; then bad "lstm: a vocabulary warning despite --vocab"; fi

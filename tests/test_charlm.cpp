@@ -11,6 +11,7 @@
 
 #include "bench.h"
 #include "carry.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "generate.h"
 #include "helpers.h"
@@ -263,6 +264,14 @@ TEST_CASE("--lstm_state carry: two windows from the carried state equal one long
   CHECK(close_ratio(model.forward(tokens.narrow(1, 10, 14).contiguous()), b, 1e-3, 0) > 1);
   nn::TCNCharLM tcn_model(nn::TCNConfig{.vocab_size = 7, .emsize = 4, .nhid = 5, .levels = 1}, 3);
   CHECK_ERROR(CarriedState(tcn_model, 3), "only an LSTM has a state to carry; this model is a tcn");
+
+  // evaluate() carrying the state through windows of 5 scores what one pass over the whole split does.
+  const Tensor source = tokens.narrow(1, 0, 21).contiguous();  // 3 streams: windows 0-4, 5-9, 10-14, 15-19
+  const double carried = evaluate(model, source, 5, 5, 0, true);
+  const Tensor logits = model.forward(source.narrow(1, 0, 20).contiguous());
+  const double one_pass = cross_entropy(logits, source.narrow(1, 1, 20).contiguous()).item();
+  CHECK(std::abs(carried - one_pass) <= 1e-6 * std::abs(one_pass));
+  CHECK(std::abs(evaluate(model, source, 5, 5, 0, false) - one_pass) > 1e-4);  // from zeros in every window: not the same
 }
 
 TEST_CASE("--lstm_state carry trains differently from reset, resumes exactly mid-epoch, and checks its checkpoint") {
@@ -313,7 +322,15 @@ TEST_CASE("--lstm_state carry trains differently from reset, resumes exactly mid
   }
   TrainOptions missing = second;
   missing.resume = d.file("no_carry.safetensors");
-  CHECK_ERROR(run_train(missing), "no 'carry.h': the checkpoint holds no carried LSTM state");
+  CHECK_ERROR(run_train(missing), "no 'carry.h': the checkpoint says its LSTM carried its state");
+  // A checkpoint from before the flag trained the LSTM from zeros in every window; eval follows each file's protocol.
+  rewrite_field(d.file("part.last.safetensors"), d.file("old.safetensors"), "train_options", "lstm_state",
+                nlohmann::json(nlohmann::json::value_t::discarded));
+  missing.resume = d.file("old.safetensors");
+  CHECK_ERROR(run_train(missing), "trained with --lstm_state reset, this run has --lstm_state carry (it predates the flag");
+  CHECK(trained_lstm_state(nn::load_safetensors(d.file("old.safetensors")).metadata, "old") == "reset");
+  CHECK(trained_lstm_state(nn::load_safetensors(d.file("part.last.safetensors")).metadata, "part") == "carry");
+  CHECK(trained_lstm_state(nn::Metadata{}, "a PyTorch state_dict") == "carry");
   TrainOptions overlap = carry_options(d);
   overlap.seq_len = 40;
   CHECK_ERROR(run_train(overlap), "--lstm_state carry: windows do not overlap, so --seq_len (40) must equal --validseqlen (30)");

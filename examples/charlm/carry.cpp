@@ -61,8 +61,8 @@ void CarriedState::load(const nn::NamedTensors& tensors, const std::string& what
     const Tensor* found = nullptr;
     for (const auto& [n, t] : tensors)
       if (n == name) found = &t;
-    TCN_CHECK(found, what, ": no '", name, "': the checkpoint holds no carried LSTM state (it was written with "
-              "--lstm_state reset, or by an older charlm); resume it with --lstm_state reset");
+    TCN_CHECK(found, what, ": no '", name, "': the checkpoint says its LSTM carried its state (--lstm_state carry) "
+              "and stops mid-epoch, but holds no carried state; it was damaged or edited");
     const Shape want{dst.size(0), total_, dst.size(2)};
     TCN_CHECK(found->shape() == want, what, ": '", name, "' has shape ", found->shape(), ", this run carries ", want);
     TCN_CHECK(is_floating(found->dtype()), what, ": '", name, "' has dtype ", dtype_name(found->dtype()),

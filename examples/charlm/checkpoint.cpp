@@ -142,14 +142,26 @@ void check_train_options(const TrainOptions& o, const nn::Metadata& meta) {
     TCN_CHECK(theirs == mine, "--resume ", o.resume, ": the checkpoint was trained with ", flag, " ", theirs,
               ", this run has ", flag, " ", mine);
   };
-  same("batch_size", "--batch_size", o.batch_size);
-  same("seq_len", "--seq_len", o.seq_len);
-  same("validseqlen", "--validseqlen", o.validseqlen);
+  // The protocol first: it decides the windows' default lengths, checked next.
   if (o.model == "lstm") {
     const std::string theirs = r.js.contains("lstm_state") ? r.string("lstm_state") : "reset";
     TCN_CHECK(theirs == o.lstm_state, "--resume ", o.resume, ": the checkpoint was trained with --lstm_state ", theirs,
-              ", this run has --lstm_state ", o.lstm_state);
+              ", this run has --lstm_state ", o.lstm_state,
+              theirs == "reset" && !r.js.contains("lstm_state") ? " (it predates the flag: the LSTM then always reset)"
+                                                              : "");
   }
+  same("batch_size", "--batch_size", o.batch_size);
+  same("seq_len", "--seq_len", o.seq_len);
+  same("validseqlen", "--validseqlen", o.validseqlen);
+}
+
+std::string trained_lstm_state(const nn::Metadata& meta, const std::string& what) {
+  if (meta.find("train_options") == meta.end()) return "carry";  // not ours (a PyTorch state_dict): PyTorch's protocol
+  JsonReader r(what, meta, "train_options");
+  if (!r.js.contains("lstm_state")) return "reset";
+  const std::string s = r.string("lstm_state");
+  TCN_CHECK(s == "carry" || s == "reset", r.what, ".lstm_state must be carry or reset, got \"", s, "\"");
+  return s;
 }
 
 TrainState read_train_state(const TrainOptions& o, const nn::Metadata& meta, size_t windows_per_epoch,

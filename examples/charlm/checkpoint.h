@@ -38,6 +38,10 @@ void save_checkpoint(const std::string& path, const tcn::nn::CharLM& model, cons
 // The resuming run must train as the checkpoint's did: the same streams, windows, optimizer and,
 // for an LSTM, --lstm_state (a checkpoint that does not say was written with reset's protocol).
 void check_train_options(const TrainOptions& o, const tcn::nn::Metadata& meta);
+// How the LSTM of a checkpoint was trained (its train_options' lstm_state): "reset" for a
+// charlm checkpoint that predates the flag, "carry" for a file without train_options (a
+// PyTorch state_dict: PyTorch users carry the state). `what` names the file in errors.
+std::string trained_lstm_state(const tcn::nn::Metadata& meta, const std::string& what);
 // The checkpoint's train_state, every value checked against its range.
 TrainState read_train_state(const TrainOptions& o, const tcn::nn::Metadata& meta, size_t windows_per_epoch,
                             uint64_t& dropout_seed, uint64_t& dropout_offset);

@@ -156,8 +156,7 @@ int run_cli(int argc, char** argv, const Program& program) {
       eval->add_option("--validseqlen", e.validseqlen, "scored positions per window, in [1, --seq_len]")->capture_default_str();
   eval->add_option("--lstm_state", e.lstm_state,
                    "an LSTM: carry (the state passes from window to window through the whole split) or reset (every "
-                   "window from zeros)")
-      ->capture_default_str()
+                   "window from zeros); default: as the checkpoint was trained (carry for a PyTorch state_dict)")
       ->check(CLI::IsMember({"carry", "reset"}));
   eval->add_option("--batch_size", e.batch_size, "streams, in [1, 100000]")->capture_default_str();
   eval->add_option("--max_batches", e.max_batches, "at most this many windows, in [0, 1e12] (0: all)")->capture_default_str();

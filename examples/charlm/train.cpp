@@ -377,8 +377,11 @@ int run_eval(const EvalOptions& o) {
                                                         .tokens = o.tokens, .allow_extra = o.allow_extra})
                            .loaded;
   Vocab vocab = Vocab::from_tokens(m.vocab, parse_tokens(checkpoint_tokens(m.file.metadata)));
-  // An LSTM carries its state through the split unless --lstm_state reset; its windows do not overlap.
-  const bool carry = carries_state(m.model->kind(), o.lstm_state);
+  // An LSTM trained carrying its state is evaluated so (unless --lstm_state says otherwise), through
+  // the whole split; its windows do not overlap.
+  const std::string protocol =
+      o.lstm_state.empty() ? trained_lstm_state(m.file.metadata, "--checkpoint " + o.checkpoint) : o.lstm_state;
+  const bool carry = carries_state(m.model->kind(), protocol);
   int64_t seq_len = o.seq_len, validseqlen = o.validseqlen;
   if (carry) carry_windows(seq_len, validseqlen, o.seq_len_given, o.validseqlen_given);
   TCN_CHECK(validseqlen <= seq_len, "--validseqlen ", validseqlen, " must be in [1, --seq_len = ", seq_len, "]");
@@ -392,9 +395,11 @@ int run_eval(const EvalOptions& o) {
   TCN_CHECK(std::isfinite(loss), o.checkpoint, " ", o.split, ": the loss is ", loss,
             " (the model's outputs overflow on this data); no score");
   if (dist::Comm::world().rank() == 0)
-    std::printf("%s %s: loss %.4f | %s %.4f | %.1f s\n", o.checkpoint.c_str(), o.split.c_str(), loss,
+    std::printf("%s %s: loss %.4f | %s %.4f | %.1f s%s\n", o.checkpoint.c_str(), o.split.c_str(), loss,
                 score_name(vocab.kind), score(vocab.kind, loss),
-                std::chrono::duration<double>(Clock::now() - t0).count());
+                std::chrono::duration<double>(Clock::now() - t0).count(),
+                m.model->kind() != "lstm" ? "" : carry ? " | state carried (--lstm_state carry)"
+                                                       : " | every window from zeros (--lstm_state reset)");
   return 0;
 }
 

@@ -68,8 +68,12 @@ struct EvalOptions {
   std::string tokens = "char";  // a PyTorch state_dict's tokens ("word" for wordlm); ours say their own
   bool allow_extra = false;  // a PyTorch state_dict's tensors that are no parameter: skipped, not an error
   int64_t seq_len = 400, validseqlen = 320, batch_size = 1, max_batches = 0;
-  std::string lstm_state = "carry";  // an LSTM's: carried through the split (TrainOptions::lstm_state)
-  bool seq_len_given = false, validseqlen_given = false;  // on the command line (carry_windows)
+  // An LSTM's: carry (through the split) or reset (TrainOptions::lstm_state); empty: as the
+  // checkpoint was trained (trained_lstm_state: carry for a PyTorch state_dict).
+  std::string lstm_state;
+  // Whether the lengths were chosen (carry_windows): the command line clears them for a flag not
+  // given, so that a carrying LSTM's windows follow the one given.
+  bool seq_len_given = true, validseqlen_given = true;
   int threads = 0;
   std::string precision = "fp32";
 };

@@ -7,12 +7,17 @@
 // Each input goes through the whole path `charlm train --resume` takes: the
 // safetensors parser (header, shapes, offsets, checksums); the char-LM loader
 // (metadata, config bounds, the parameter count against the file, the strict
-// load into a freshly built model); the train_options / train_state checks;
-// and the optimizer state (the "optim." tensors) loaded into SGD and Adam.
+// load into a freshly built model); the train_options / train_state checks,
+// made with the flags the file's own train_options name (so that they get past
+// the first comparison); the optimizer state (the "optim." tensors) loaded into
+// SGD and Adam; and an LSTM's carried state ("carry.h", "carry.c").
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
+#include "examples/charlm/carry.h"
 #include "examples/charlm/train.h"
 #include "tcn/nn/import.h"
 #include "tcn/nn/optim.h"
@@ -53,6 +58,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   charlm::TrainOptions o;
   o.resume = "input";
   o.model = loaded.model->kind();
+  // The run that would resume it: the streams, windows and protocol its train_options name, where readable.
+  try {
+    const nlohmann::json j = nlohmann::json::parse(loaded.file.metadata.at("train_options"));
+    o.batch_size = j.at("batch_size").get<int64_t>();
+    o.seq_len = j.at("seq_len").get<int64_t>();
+    o.validseqlen = j.at("validseqlen").get<int64_t>();
+    if (j.contains("lstm_state")) o.lstm_state = j.at("lstm_state").get<std::string>();
+  } catch (const std::exception&) {
+  }
   for (const char* optim : {"SGD", "Adam"}) {
     o.optim = optim;
     try {
@@ -64,5 +78,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   load_optimizer_state(loaded.file, sgd);
   tcn::nn::Adam adam(loaded.model->parameters(), 1.0);
   load_optimizer_state(loaded.file, adam);
+  if (o.model == "lstm" && o.batch_size >= 1 && o.batch_size <= 64) {
+    try {
+      charlm::CarriedState carry(*loaded.model, o.batch_size);
+      carry.load(loaded.file.tensors, "input");
+    } catch (const tcn::Error&) {
+    }
+  }
   return 0;
 }
