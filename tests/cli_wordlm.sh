@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `wordlm` end to end on a tiny synthetic word corpus: train a small model for
 # 12 steps (the loss must fall), evaluate it (a perplexity is printed), and
-# generate words from it (only vocabulary words come out).
+# generate words from it (only vocabulary words come out); then a word LSTM that carries its
+# state across windows, trained and evaluated.
 # Usage: cli_wordlm.sh WORDLM
 set -euo pipefail
 wordlm=$1
@@ -30,4 +31,16 @@ cat "$dir/gen.out"
 # Every generated word is one of the corpus's words.
 bad=$(tr -s ' \n' '\n\n' < "$dir/gen.out" | grep -Ev '^(the|cat|sat|on|a|mat|and|dog|ran|)$' || true)
 [ -z "$bad" ] || { echo "words outside the vocabulary: $bad"; exit 1; }
-echo "wordlm: train, eval and generate passed"
+
+# The word-level LSTM carries its state from window to window (--lstm_state carry, its default
+# too): --validseqlen alone sets both lengths; eval follows the checkpoint's protocol.
+"$wordlm" train --model lstm --data "$dir" --device cpu --batch_size 4 --validseqlen 8 --emsize 16 --nhid 16 --lr 1 \
+  --max_steps 6 --log-interval 3 --eval_batches 2 --save "$dir/l.safetensors" --metrics "$dir/l.csv" > "$dir/lstm.out"
+grep -q "(seq_len 8, validseqlen 8); the LSTM's state carried" "$dir/lstm.out" ||
+  { cat "$dir/lstm.out"; echo "the word LSTM does not carry its state"; exit 1; }
+"$wordlm" eval --checkpoint "$dir/l.safetensors" --data "$dir" --device cpu --validseqlen 8 --batch_size 2 \
+  > "$dir/leval.out"
+cat "$dir/leval.out"
+grep -q "state carried (--lstm_state carry)" "$dir/leval.out" ||
+  { echo "eval did not carry the word LSTM's state"; exit 1; }
+echo "wordlm: train, eval and generate passed; the word LSTM carries its state"
