@@ -105,6 +105,35 @@ void rewrite_field(const std::string& src, const std::string& dst, const std::st
   });
 }
 
+// Trains `full` (full.* in `d`), then the same run stopped after `stop` steps (part.*) and
+// resumed from part.last.safetensors to full.max_steps. The two must agree bit for bit: the
+// losses, and every tensor of their last checkpoints (the parameters, the optimizer's state,
+// a carrying LSTM's state). Returns the uninterrupted run's loss rows.
+std::vector<std::string> check_exact_resume(TrainOptions full, int64_t stop, const TempDir& d) {
+  full.save = d.file("full.safetensors");
+  full.metrics = d.file("full.csv");
+  REQUIRE(run_train(full) == 0);
+  TrainOptions part = full;
+  part.max_steps = stop;
+  part.save = d.file("part.safetensors");
+  part.metrics = d.file("part.csv");
+  REQUIRE(run_train(part) == 0);
+  part.max_steps = full.max_steps;
+  part.resume = d.file("part.last.safetensors");
+  REQUIRE(run_train(part) == 0);
+  const std::vector<std::string> rows = loss_rows(full.metrics);
+  REQUIRE(rows.size() == static_cast<size_t>(full.max_steps));
+  CHECK(loss_rows(part.metrics) == rows);  // the resumed run appended its steps to the same CSV
+  const nn::SafetensorsContents a = nn::load_safetensors(d.file("full.last.safetensors"));
+  const nn::SafetensorsContents b = nn::load_safetensors(d.file("part.last.safetensors"));
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (const auto& entry : a.tensors) {
+    const std::string& name = entry.first;  // (CHECK_MESSAGE captures it: no structured binding for clang 14)
+    CHECK_MESSAGE(entry.second.to_vector<double>() == b.at(name).to_vector<double>(), name);
+  }
+  return rows;
+}
+
 }  // namespace
 
 TEST_SUITE("charlm") {
@@ -208,29 +237,7 @@ TEST_CASE("training lowers the loss, and a resumed run continues exactly") {
   write_corpus(d);
   TrainOptions full = small_options(d);
   full.max_steps = 12;  // crosses an epoch end (about 5 windows per epoch)
-  full.save = d.file("full.safetensors");
-  full.metrics = d.file("full.csv");
-  REQUIRE(run_train(full) == 0);
-
-  TrainOptions first = small_options(d);
-  first.max_steps = 3;
-  first.save = d.file("part.safetensors");
-  first.metrics = d.file("part.csv");
-  REQUIRE(run_train(first) == 0);
-  TrainOptions second = first;
-  second.max_steps = 12;
-  second.resume = d.file("part.last.safetensors");
-  REQUIRE(run_train(second) == 0);
-
-  auto a = loss_rows(full.metrics), b = loss_rows(first.metrics);
-  REQUIRE(a.size() == 12);
-  CHECK(b == a);  // the resumed run appended steps 4..12 to the same CSV: identical losses
-  // The final parameters agree bit for bit.
-  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), charlm::kTrainingTensors);
-  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), charlm::kTrainingTensors);
-  auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
-  REQUIRE(na.size() == nb.size());
-  for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
+  const std::vector<std::string> a = check_exact_resume(full, 3, d);
   // Learning happened: the last loss is below the first.
   auto loss_of = [](const std::string& row) { return std::stod(row.substr(row.rfind(',', row.size() - 2) + 1)); };
   CHECK(loss_of(a.back()) < loss_of(a.front()));
@@ -279,33 +286,25 @@ TEST_CASE("--lstm_state carry trains differently from reset, resumes exactly mid
   write_corpus(d, 600, 300);  // 150 characters per stream: 4 windows of 30 per epoch, and a short one
   TrainOptions carry = carry_options(d), reset = carry_options(d);
   carry.max_steps = reset.max_steps = 12;  // crosses two epoch ends
-  carry.save = d.file("full.safetensors");
-  carry.metrics = d.file("full.csv");
   reset.lstm_state = "reset";
   reset.metrics = d.file("reset.csv");
-  REQUIRE(run_train(carry) == 0);
+  // Stopped after 7 steps, mid-epoch: the checkpoint holds the streams' state.
+  const std::vector<std::string> a = check_exact_resume(carry, 7, d);
+  int carried = 0;  // ... which the comparison above covered
+  for (const auto& entry : nn::load_safetensors(d.file("part.last.safetensors")).tensors)
+    carried += entry.first.starts_with("carry.") ? 1 : 0;
+  CHECK(carried == 2);
   REQUIRE(run_train(reset) == 0);
-  auto a = loss_rows(carry.metrics), r = loss_rows(reset.metrics);
-  REQUIRE(a.size() == 12);
+  const std::vector<std::string> r = loss_rows(reset.metrics);
   REQUIRE(r.size() == 12);
   CHECK(a[0] == r[0]);  // the first window starts from zeros in both
   CHECK(a[1] != r[1]);  // the second reads the first's state only when carried
-
   TrainOptions first = carry_options(d);
-  first.max_steps = 7;  // stops mid-epoch: the checkpoint holds the streams' state
+  first.max_steps = 7;
   first.save = d.file("part.safetensors");
   first.metrics = d.file("part.csv");
-  REQUIRE(run_train(first) == 0);
   TrainOptions second = first;
   second.max_steps = 12;
-  second.resume = d.file("part.last.safetensors");
-  REQUIRE(run_train(second) == 0);
-  CHECK(loss_rows(first.metrics) == a);
-  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), kTrainingTensors);
-  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), kTrainingTensors);
-  auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
-  REQUIRE(na.size() == nb.size());
-  for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
 
   // The checkpoint says how it was trained, and holds the state it needs.
   TrainOptions wrong = second;
@@ -560,40 +559,10 @@ TEST_CASE("Adam: a resumed run continues exactly, as SGD does") {
   full.optim = "Adam";
   full.lr = 0.01;
   full.max_steps = 12;  // crosses an epoch end
-  full.save = d.file("full.safetensors");
-  full.metrics = d.file("full.csv");
-  REQUIRE(run_train(full) == 0);
-
-  TrainOptions first = full;
-  first.max_steps = 3;
-  first.save = d.file("part.safetensors");
-  first.metrics = d.file("part.csv");
-  REQUIRE(run_train(first) == 0);
-  TrainOptions second = first;
-  second.max_steps = 12;
-  second.resume = d.file("part.last.safetensors");
-  REQUIRE(run_train(second) == 0);
-
-  auto a = loss_rows(full.metrics), b = loss_rows(first.metrics);
-  REQUIRE(a.size() == 12);
-  CHECK(b == a);
-  auto pa = nn::load_char_lm(d.file("full.last.safetensors"), charlm::kTrainingTensors);
-  auto pb = nn::load_char_lm(d.file("part.last.safetensors"), charlm::kTrainingTensors);
-  auto na = pa.model->named_parameters(), nb = pb.model->named_parameters();
-  REQUIRE(na.size() == nb.size());
-  for (size_t i = 0; i < na.size(); ++i) CHECK(na[i].second.to_vector<float>() == nb[i].second.to_vector<float>());
-  // The Adam moments agree too.
-  auto fa = nn::load_safetensors(d.file("full.last.safetensors"));
-  auto fb = nn::load_safetensors(d.file("part.last.safetensors"));
+  check_exact_resume(full, 3, d);  // every tensor of the checkpoints: the Adam moments too
   int moments = 0;
-  for (auto& entry : fa.tensors) {
-    const std::string& name = entry.first;  // (CHECK_MESSAGE captures it: no structured binding for clang 14)
-    const Tensor& t = entry.second;
-    if (name.rfind("optim.", 0) == 0) {
-      ++moments;
-      CHECK_MESSAGE(t.to_vector<double>() == fb.at(name).to_vector<double>(), name);
-    }
-  }
+  for (const auto& entry : nn::load_safetensors(d.file("full.last.safetensors")).tensors)
+    moments += entry.first.starts_with("optim.") ? 1 : 0;
   CHECK(moments > 0);
 }
 
