@@ -143,10 +143,10 @@ void validate(const TrainOptions& o) {
   check("--eval_batches", o.eval_batches, 0, kMaxCount, " (0: all)");
   check("--eval_interval", o.eval_interval, 0, kMaxCount, " (0: epoch ends only)");
   check("--save_every", o.save_every, 0, kMaxCount, " (0: epoch ends only)");
-  if (carries_state(o.model, o.lstm_state))
-    TCN_CHECK(o.seq_len == o.validseqlen, "--lstm_state carry: windows do not overlap, so --seq_len (", o.seq_len,
-              ") must equal --validseqlen (", o.validseqlen, "); give one of them, or use --lstm_state reset for "
-              "the TCN's protocol");
+  if (carries_state(o.model, o.lstm_state)) {
+    int64_t seq_len = o.seq_len, validseqlen = o.validseqlen;  // both chosen: only the check applies
+    carry_windows(seq_len, validseqlen, true, true);
+  }
 }
 
 }  // namespace
