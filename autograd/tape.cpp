@@ -1,10 +1,10 @@
-#include "tcn/autograd/tape.h"
+#include "autograd/tape.h"
 
 #include <unordered_set>
 
-#include "tcn/core/autocast.h"
-#include "tcn/core/profile.h"
-#include "tcn/ops/ops.h"
+#include "core/autocast.h"
+#include "core/profile.h"
+#include "ops/ops.h"
 
 namespace tcn::autograd {
 

@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace tcn {
 using TensorList = std::vector<Tensor>;

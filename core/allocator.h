@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "tcn/core/device.h"
+#include "core/device.h"
 
 namespace tcn {
 

@@ -1,4 +1,4 @@
-#include "tcn/core/autocast.h"
+#include "core/autocast.h"
 
 namespace tcn {
 

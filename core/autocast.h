@@ -29,7 +29,7 @@
 
 #include <string>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace tcn {
 

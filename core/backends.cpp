@@ -1,6 +1,6 @@
-#include "tcn/core/backends.h"
+#include "core/backends.h"
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 
 namespace tcn {
 

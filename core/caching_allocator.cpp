@@ -1,4 +1,4 @@
-#include "tcn/core/caching_allocator.h"
+#include "core/caching_allocator.h"
 
 namespace tcn {
 

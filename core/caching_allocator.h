@@ -29,8 +29,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "tcn/core/allocator.h"
-#include "tcn/core/error.h"
+#include "core/allocator.h"
+#include "core/error.h"
 
 namespace tcn {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <ostream>
 
-#include "tcn/core/bfloat16.h"
-#include "tcn/core/error.h"
+#include "core/bfloat16.h"
+#include "core/error.h"
 
 namespace tcn {
 

@@ -1,4 +1,4 @@
-#include "tcn/core/files.h"
+#include "core/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 
 namespace tcn {
 

@@ -1,6 +1,6 @@
-#include "tcn/core/generator.h"
+#include "core/generator.h"
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 
 namespace tcn {
 

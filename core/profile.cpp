@@ -1,4 +1,4 @@
-#include "tcn/core/profile.h"
+#include "core/profile.h"
 
 #include <atomic>
 
@@ -10,10 +10,10 @@
 #include <memory>
 #include <unordered_map>
 
-#include "tcn/core/allocator.h"
-#include "tcn/core/caching_allocator.h"
-#include "tcn/core/error.h"
-#include "tcn/cuda/devices.h"
+#include "core/allocator.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "cuda/devices.h"
 
 namespace tcn::profile {
 

@@ -29,7 +29,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "tcn/core/device.h"
+#include "core/device.h"
 
 namespace tcn::profile {
 

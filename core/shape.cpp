@@ -1,8 +1,8 @@
-#include "tcn/core/shape.h"
+#include "core/shape.h"
 
 #include <algorithm>
 
-#include "tcn/core/device.h"
+#include "core/device.h"
 
 namespace tcn {
 

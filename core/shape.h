@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 #include <vector>
 
 namespace tcn {

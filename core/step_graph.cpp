@@ -1,9 +1,9 @@
-#include "tcn/core/step_graph.h"
+#include "core/step_graph.h"
 
-#include "tcn/autograd/tape.h"
-#include "tcn/core/profile.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/ops/ops.h"
+#include "autograd/tape.h"
+#include "core/profile.h"
+#include "cuda/devices.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/generator.h"
-#include "tcn/core/tensor.h"
+#include "core/generator.h"
+#include "core/tensor.h"
 
 namespace tcn {
 

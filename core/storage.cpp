@@ -1,10 +1,10 @@
-#include "tcn/core/storage.h"
+#include "core/storage.h"
 
 #include <cstdlib>
 
-#include "tcn/core/caching_allocator.h"
-#include "tcn/core/error.h"
-#include "tcn/cuda/devices.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "cuda/devices.h"
 
 namespace tcn {
 

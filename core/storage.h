@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "tcn/core/allocator.h"
-#include "tcn/core/device.h"
+#include "core/allocator.h"
+#include "core/device.h"
 
 namespace tcn {
 

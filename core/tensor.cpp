@@ -1,10 +1,10 @@
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 #include <cstring>
 
-#include "tcn/autograd/tape.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/ops/ops.h"
+#include "autograd/tape.h"
+#include "cuda/devices.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -16,11 +16,11 @@
 #include <memory>
 #include <vector>
 
-#include "tcn/core/device.h"
-#include "tcn/core/dtype.h"
-#include "tcn/core/error.h"
-#include "tcn/core/shape.h"
-#include "tcn/core/storage.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
 
 namespace tcn {
 

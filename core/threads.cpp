@@ -1,9 +1,9 @@
-#include "tcn/core/threads.h"
+#include "core/threads.h"
 
 #include <cblas.h>
 #include <omp.h>
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 
 namespace tcn {
 

@@ -1,6 +1,10 @@
-#include "tcn/version.h"
+#include "core/version.h"
 
-#include "tcn_build_config.h"
+// TCN_BUILD_CONFIG is defined for this file alone by CMakeLists.txt, from what
+// the build found (CUDA, oneDNN, MPI, NCCL, cuDNN).
+#ifndef TCN_BUILD_CONFIG
+#error "TCN_BUILD_CONFIG: core/version.cpp is compiled by CMakeLists.txt, which defines it"
+#endif
 
 namespace tcn {
 

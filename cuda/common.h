@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 
 // tcn's call-site counters (cuda::call_site_counters() in cuda/devices.h adds
 // them up): each function notes one event where tcn asks it of CUDA. Inside a

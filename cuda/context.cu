@@ -2,9 +2,9 @@
 #include <mutex>
 #include <vector>
 
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/kernels.h"
-#include "tcn/cuda/devices.h"
+#include "cuda/context.cuh"
+#include "cuda/kernels.h"
+#include "cuda/devices.h"
 
 namespace tcn::cuda {
 

@@ -5,8 +5,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "tcn/cuda/common.h"
-#include "tcn/cuda/kernels.h"
+#include "cuda/common.h"
+#include "cuda/kernels.h"
 
 #define CUBLAS_CHECK(call)                                                                              \
   do {                                                                                                  \

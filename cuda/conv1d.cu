@@ -1,8 +1,8 @@
 // conv1d's weight packing and its inverse for the gradients (ops/conv1d.cpp:
 // the packed [K, X, Cout] weights with the bias row).
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

@@ -1,8 +1,8 @@
 // The fused cross-entropy's kernels (ops/cross_entropy.cpp): per-row
 // log-sum-exp and loss forward, softmax minus one-hot backward.
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

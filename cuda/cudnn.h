@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace tcn::cuda {
 

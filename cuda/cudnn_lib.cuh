@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace tcn::cuda::cudnn_lib {
 

@@ -2,7 +2,7 @@
 // and on the emulated device.
 #pragma once
 
-#include "tcn/cuda/common.h"
+#include "cuda/common.h"
 
 namespace tcn::cuda {
 

@@ -1,15 +1,15 @@
 // CUDA device runtime: device discovery, the caching allocator over cudaMalloc
 // (core/caching_allocator.h), and host/device copies.
-#include "tcn/cuda/devices.h"
+#include "cuda/devices.h"
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "tcn/cuda/common.h"
+#include "cuda/common.h"
 #ifdef TCN_CUDA_EMU
-#include "tcn/cuda/emu/emu.h"
+#include "cuda/emu/emu.h"
 #endif
 
 namespace tcn::cuda {

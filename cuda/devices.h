@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/allocator.h"
-#include "tcn/core/caching_allocator.h"
+#include "core/allocator.h"
+#include "core/caching_allocator.h"
 
 namespace tcn::cuda {
 

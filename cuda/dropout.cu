@@ -3,11 +3,11 @@
 // stored; the TCN block's fused tail, relu(dropout(relu(x)) + res).
 #include <cmath>
 
-#include "tcn/core/philox.h"
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/functors.h"
+#include "core/philox.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
+#include "ops/functors.h"
 
 namespace tcn::cuda {
 

@@ -12,10 +12,10 @@
 #include <array>
 #include <type_traits>
 
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_loops.h"
-#include "tcn/ops/functors.h"
+#include "cuda/context.cuh"
+#include "cuda/kernels.h"
+#include "ops/cpu_loops.h"
+#include "ops/functors.h"
 
 namespace tcn::cuda {
 

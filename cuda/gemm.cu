@@ -2,10 +2,10 @@
 // product C = A B is the column-major product C^T = B^T A^T, so the operands
 // are passed swapped with the same leading dimensions, and a row-major
 // transposed view is simply CUBLAS_OP_T.
-#include "tcn/core/profile.h"
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/gemm_layout.h"
+#include "core/profile.h"
+#include "cuda/context.cuh"
+#include "cuda/kernels.h"
+#include "ops/gemm_layout.h"
 
 namespace tcn::cuda {
 

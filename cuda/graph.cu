@@ -1,7 +1,7 @@
 // cuda::Graph (cuda/devices.h): stream capture of one device's stream into a
 // CUDA graph, and its launch.
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/devices.h"
+#include "cuda/context.cuh"
+#include "cuda/devices.h"
 
 namespace tcn::cuda {
 

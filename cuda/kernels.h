@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "tcn/core/tensor.h"
-#include "tcn/ops/op_lists.h"
+#include "core/tensor.h"
+#include "ops/op_lists.h"
 
 namespace tcn::cuda {
 

@@ -1,8 +1,8 @@
 // Layer norm over the last dim, one kernel each way (ops/layer_norm.cpp): one
 // block per row, the row's statistics in float64 as on the CPU.
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

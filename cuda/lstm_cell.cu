@@ -1,8 +1,8 @@
 // The LSTM cell's kernels (ops/lstm_cell.cpp, ops/lstm_layer.cpp): gates,
 // state and output forward, their gradients backward, in PyTorch's gate order.
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

@@ -12,11 +12,11 @@
 #include <tuple>
 #include <vector>
 
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/ops/ops.h"
-#include "tcn/cuda/cudnn_lib.cuh"
+#include "cuda/context.cuh"
+#include "cuda/cudnn.h"
+#include "cuda/devices.h"
+#include "ops/ops.h"
+#include "cuda/cudnn_lib.cuh"
 
 #if TCN_WITH_CUDNN
 namespace tcn::cuda {

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/ops.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
+#include "ops/ops.h"
 
 namespace tcn::cuda {
 

@@ -1,8 +1,8 @@
 // One-pass padding of rows (ops/pad.cpp, and conv1d's padded operands in
 // ops/conv1d.cpp).
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

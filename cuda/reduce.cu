@@ -7,9 +7,9 @@
 // threads striding over the reduced elements. Either way a shared-memory tree
 // finishes. Neighbouring dims that step as one are merged first, so each
 // element's offset takes fewer divisions.
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

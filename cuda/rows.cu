@@ -3,11 +3,11 @@
 // The CPU kernels are the oracle (tests/op_cases.cpp, test_cuda_ops.cpp).
 #include <thrust/sequence.h>
 
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
-#include "tcn/cuda/thrust.cuh"
-#include "tcn/ops/ops.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
+#include "cuda/thrust.cuh"
+#include "ops/ops.h"
 
 namespace tcn::cuda {
 

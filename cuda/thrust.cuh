@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "tcn/cuda/common.h"
+#include "cuda/common.h"
 #if !defined(__CUDACC__)
-#include "tcn/cuda/emu/emu.h"
+#include "cuda/emu/emu.h"
 #endif
 
 namespace tcn::cuda {

@@ -1,8 +1,8 @@
 // Weight norm in one kernel each way (ops/weight_norm.cpp): w = g v / ||v||
 // per row, the norms in float64.
-#include "tcn/cuda/context.cuh"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/kernels.h"
+#include "cuda/context.cuh"
+#include "cuda/device.cuh"
+#include "cuda/kernels.h"
 
 namespace tcn::cuda {
 

@@ -22,8 +22,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/models.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
 
 using namespace tcn;
 

@@ -1,4 +1,4 @@
-#include "tcn/nn/checkpoint.h"
+#include "nn/checkpoint.h"
 
 #include <algorithm>
 #include <map>

@@ -3,8 +3,8 @@
 // with the model's configuration and vocabulary in __metadata__.
 #pragma once
 
-#include "tcn/nn/module.h"
-#include "tcn/nn/safetensors.h"
+#include "nn/module.h"
+#include "nn/safetensors.h"
 
 namespace tcn::nn {
 

@@ -1,15 +1,15 @@
 // Data parallelism: the processes (MPI), their all-reduce (MPI on host
 // memory, NCCL on device memory) and the bucketed gradient reducer. See
 // nn/distributed.h.
-#include "tcn/nn/distributed.h"
+#include "nn/distributed.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "tcn/autograd/tape.h"
-#include "tcn/ops/ops.h"
+#include "autograd/tape.h"
+#include "ops/ops.h"
 
 #if TCN_WITH_MPI
 #include <mpi.h>
@@ -18,7 +18,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
-#include "tcn/cuda/context.cuh"
+#include "cuda/context.cuh"
 #endif
 
 namespace tcn::dist {

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace tcn::dist {
 

@@ -1,4 +1,4 @@
-#include "tcn/nn/import.h"
+#include "nn/import.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,11 +6,11 @@
 #include <map>
 #include <set>
 
-#include "tcn/core/error.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/layers.h"
-#include "tcn/nn/models.h"
-#include "tcn/ops/ops.h"
+#include "core/error.h"
+#include "nn/checkpoint.h"
+#include "nn/layers.h"
+#include "nn/models.h"
+#include "ops/ops.h"
 
 namespace tcn::nn {
 

@@ -27,8 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tcn/nn/models.h"
-#include "tcn/nn/safetensors.h"
+#include "nn/models.h"
+#include "nn/safetensors.h"
 
 namespace tcn::nn {
 

@@ -1,6 +1,6 @@
-#include "tcn/nn/layers.h"
+#include "nn/layers.h"
 
-#include "tcn/core/backends.h"
+#include "core/backends.h"
 
 #include <cmath>
 

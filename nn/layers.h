@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "tcn/nn/module.h"
+#include "nn/module.h"
 
 namespace tcn::nn {
 

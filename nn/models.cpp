@@ -1,4 +1,4 @@
-#include "tcn/nn/models.h"
+#include "nn/models.h"
 
 #include <algorithm>
 #include <type_traits>

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/layers.h"
-#include "tcn/nn/tcn.h"
+#include "nn/checkpoint.h"
+#include "nn/layers.h"
+#include "nn/tcn.h"
 
 namespace tcn::nn {
 

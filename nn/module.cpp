@@ -1,4 +1,4 @@
-#include "tcn/nn/module.h"
+#include "nn/module.h"
 
 #include <cmath>
 #include <algorithm>

@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "tcn/core/profile.h"
-#include "tcn/ops/ops.h"
+#include "core/profile.h"
+#include "ops/ops.h"
 
 namespace tcn::nn {
 

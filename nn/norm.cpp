@@ -2,7 +2,7 @@
 // from ops, with running statistics kept as module buffers).
 #include <numeric>
 
-#include "tcn/nn/layers.h"
+#include "nn/layers.h"
 
 namespace tcn::nn {
 

@@ -1,11 +1,11 @@
-#include "tcn/nn/optim.h"
+#include "nn/optim.h"
 
 #include <cmath>
 #include <utility>
 
-#include "tcn/core/step_graph.h"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
+#include "core/step_graph.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
 
 namespace tcn::nn {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "tcn/nn/module.h"
+#include "nn/module.h"
 
 namespace tcn::nn {
 

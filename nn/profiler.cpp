@@ -1,4 +1,4 @@
-#include "tcn/nn/profiler.h"
+#include "nn/profiler.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "tcn/core/files.h"
-#include "tcn/cuda/devices.h"
+#include "core/files.h"
+#include "cuda/devices.h"
 
 namespace tcn::nn {
 

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/profile.h"
-#include "tcn/nn/module.h"
+#include "core/profile.h"
+#include "nn/module.h"
 
 namespace tcn::nn {
 

@@ -1,4 +1,4 @@
-#include "tcn/nn/safetensors.h"
+#include "nn/safetensors.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "tcn/core/files.h"
-#include "tcn/ops/ops.h"
+#include "core/files.h"
+#include "ops/ops.h"
 
 namespace tcn::nn {
 

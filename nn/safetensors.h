@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace tcn::nn {
 

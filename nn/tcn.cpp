@@ -1,4 +1,4 @@
-#include "tcn/nn/tcn.h"
+#include "nn/tcn.h"
 
 #include <algorithm>
 #include <cmath>

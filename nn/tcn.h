@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/nn/layers.h"
+#include "nn/layers.h"
 
 namespace tcn::nn {
 

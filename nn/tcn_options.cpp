@@ -1,6 +1,6 @@
 // pytorch-tcn's option names: activations by name, TCNOptions from and to JSON, and
 // their checks.
-#include "tcn/nn/tcn.h"
+#include "nn/tcn.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/nn/models.h"  // limits::
+#include "nn/models.h"  // limits::
 
 namespace tcn::nn {
 

@@ -1,11 +1,11 @@
 // add, sub, mul, div (and add_relu) with NumPy broadcasting. Backward sums each gradient back
 // to its input's shape (sum_to), the inverse of broadcasting.
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_map.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/functors.h"
-#include "tcn/ops/ops.h"
-#include "tcn/ops/simd.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/functors.h"
+#include "ops/ops.h"
+#include "ops/simd.h"
 
 namespace tcn {
 

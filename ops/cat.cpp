@@ -1,6 +1,6 @@
 // cat: joins tensors along one dim by copying each into its slice of the output.
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -38,10 +38,10 @@
 // (ops/conv1d_paths.h): a forward that returns y and the backward that turns dy
 // into (dx, dw, db).
 #include "conv1d_paths.h"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_blas.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_blas.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -11,13 +11,13 @@
 #include <tuple>
 
 #include "conv1d_paths.h"
-#include "tcn/core/autocast.h"
-#include "tcn/core/step_graph.h"
-#include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/kernels.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "core/autocast.h"
+#include "core/step_graph.h"
+#include "cuda/cudnn.h"
+#include "cuda/kernels.h"
+#include "cuda/devices.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn::conv1d_paths {
 

@@ -5,8 +5,8 @@
 
 #include <functional>
 
-#include "tcn/core/backends.h"
-#include "tcn/core/tensor.h"
+#include "core/backends.h"
+#include "core/tensor.h"
 
 namespace tcn::conv1d_paths {
 

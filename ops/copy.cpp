@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_map.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
-#include "tcn/ops/simd.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "ops/simd.h"
 
 namespace tcn {
 

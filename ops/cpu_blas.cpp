@@ -1,4 +1,4 @@
-#include "tcn/ops/cpu_blas.h"
+#include "ops/cpu_blas.h"
 
 #include <cblas.h>
 
@@ -12,8 +12,8 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "tcn/core/error.h"
-#include "tcn/core/profile.h"
+#include "core/error.h"
+#include "core/profile.h"
 
 #if TCN_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>

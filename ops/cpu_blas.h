@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/bfloat16.h"
+#include "core/bfloat16.h"
 
 namespace tcn::cpu {
 

@@ -16,7 +16,7 @@
 #include <array>
 #include <cstdint>
 
-#include "tcn/core/shape.h"
+#include "core/shape.h"
 
 namespace tcn::cpu {
 

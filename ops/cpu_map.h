@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "tcn/core/tensor.h"
-#include "tcn/ops/cpu_loops.h"
+#include "core/tensor.h"
+#include "ops/cpu_loops.h"
 
 namespace tcn::cpu {
 

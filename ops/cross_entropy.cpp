@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -2,9 +2,9 @@
 // the CUDA branch of ops whose CUDA kernel has not been written yet.
 #pragma once
 
-#include "tcn/core/profile.h"
-#include "tcn/core/tensor.h"
-#include "tcn/cuda/devices.h"
+#include "core/profile.h"
+#include "core/tensor.h"
+#include "cuda/devices.h"
 
 namespace tcn {
 

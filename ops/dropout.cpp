@@ -15,15 +15,15 @@
 #include <memory>
 #include <vector>
 
-#include "tcn/core/philox.h"
-#include "tcn/core/step_graph.h"
-#include "tcn/ops/cpu_loops.h"
-#include "tcn/ops/cpu_map.h"
-#include "tcn/ops/functors.h"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
-#include "tcn/ops/simd.h"
+#include "core/philox.h"
+#include "core/step_graph.h"
+#include "ops/cpu_loops.h"
+#include "ops/cpu_map.h"
+#include "ops/functors.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "ops/simd.h"
 
 namespace tcn {
 

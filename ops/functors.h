@@ -6,9 +6,9 @@
 
 #include <cmath>
 
-#include "tcn/core/philox.h"
+#include "core/philox.h"
 #ifndef __CUDA_ARCH__
-#include "tcn/ops/vmath.h"
+#include "ops/vmath.h"
 #endif
 
 namespace tcn::fn {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "tcn/ops/ops.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -1,10 +1,10 @@
 // In-place updates, used by optimizers, gradient accumulation and clipping.
 // They record nothing, and refuse to modify a tensor that requires grad while
 // grad mode is on (that would silently corrupt its gradient).
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_map.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

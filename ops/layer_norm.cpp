@@ -17,10 +17,10 @@
 
 #include <omp.h>
 
-#include "tcn/core/threads.h"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "core/threads.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

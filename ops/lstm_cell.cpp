@@ -5,8 +5,8 @@
 // Fused so a step is one node on the tape instead of a dozen.
 #include <cmath>
 
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

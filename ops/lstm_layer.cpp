@@ -16,15 +16,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "tcn/core/autocast.h"
+#include "core/autocast.h"
 
-#include "tcn/cuda/cudnn.h"
+#include "cuda/cudnn.h"
 
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_blas.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
-#include "tcn/ops/vmath.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_blas.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "ops/vmath.h"
 
 namespace tcn {
 

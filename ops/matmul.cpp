@@ -2,12 +2,12 @@
 // rows or columns are unit-stride goes to the GEMM as it is (a transposed view
 // is just a transposed operand with the other leading dimension; see
 // ops/gemm_layout.h), so mm(a, b.t()) copies nothing.
-#include "tcn/core/autocast.h"
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_blas.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/gemm_layout.h"
-#include "tcn/ops/ops.h"
+#include "core/autocast.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_blas.h"
+#include "ops/dispatch.h"
+#include "ops/gemm_layout.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

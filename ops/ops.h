@@ -9,9 +9,9 @@
 #include <tuple>
 #include <utility>
 
-#include "tcn/autograd/tape.h"
-#include "tcn/core/generator.h"
-#include "tcn/core/tensor.h"
+#include "autograd/tape.h"
+#include "core/generator.h"
+#include "core/tensor.h"
 
 namespace tcn {
 

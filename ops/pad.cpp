@@ -1,7 +1,7 @@
 // pad: constant padding along one dim (the causal left padding of a conv).
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -5,9 +5,9 @@
 // gets the same values on any device and for any strides.
 #include <cmath>
 
-#include "tcn/core/philox.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "core/philox.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

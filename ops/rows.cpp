@@ -1,9 +1,9 @@
 // Row gather and row scatter-add: the embedding primitive and its backward.
 // scatter_add_rows sums duplicate indices in index order (threads split the
 // columns, never the rows), so the result is deterministic.
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

@@ -2,12 +2,12 @@
 // ops/functors.h; this file is the one generic forward + backward around it.
 #include <type_traits>
 
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/cpu_map.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/functors.h"
-#include "tcn/ops/ops.h"
-#include "tcn/ops/simd.h"
+#include "cuda/kernels.h"
+#include "ops/cpu_map.h"
+#include "ops/dispatch.h"
+#include "ops/functors.h"
+#include "ops/ops.h"
+#include "ops/simd.h"
 
 namespace tcn {
 

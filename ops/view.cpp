@@ -4,8 +4,8 @@
 #include <numeric>
 #include <optional>
 
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

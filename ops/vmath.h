@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "tcn/ops/simd.h"
+#include "ops/simd.h"
 
 namespace tcn::vmath {
 

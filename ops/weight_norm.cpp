@@ -11,9 +11,9 @@
 //     dv_ok = (g_o / n) dw_ok - (g_o s / n^3) v_ok
 #include <cmath>
 
-#include "tcn/cuda/kernels.h"
-#include "tcn/ops/dispatch.h"
-#include "tcn/ops/ops.h"
+#include "cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
 
 namespace tcn {
 

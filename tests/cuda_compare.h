@@ -7,9 +7,9 @@
 #include <numeric>
 
 #include "helpers.h"
-#include "tcn/core/backends.h"
-#include "tcn/nn/layers.h"
-#include "tcn/nn/module.h"
+#include "core/backends.h"
+#include "nn/layers.h"
+#include "nn/module.h"
 
 namespace tcn::test {
 

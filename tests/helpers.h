@@ -14,9 +14,9 @@
 #include <numeric>
 #include <string>
 
-#include "tcn/cuda/devices.h"
+#include "cuda/devices.h"
 
-#include "tcn/ops/ops.h"
+#include "ops/ops.h"
 
 namespace tcn::test {
 

@@ -6,9 +6,9 @@
 
 #include <cstdio>
 
-#include "tcn/cuda/devices.h"
+#include "cuda/devices.h"
 #ifdef TCN_CUDA_EMU
-#include "tcn/cuda/emu/emu.h"
+#include "cuda/emu/emu.h"
 #endif
 
 int main(int argc, char** argv) {

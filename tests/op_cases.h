@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/ops/ops.h"
+#include "ops/ops.h"
 
 namespace tcn::test {
 

@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-#include "tcn/core/caching_allocator.h"
+#include "core/caching_allocator.h"
 #include "helpers.h"
 
 using namespace tcn;

@@ -3,12 +3,12 @@
 // exact in float32) and accumulate in float32; backward follows the precision
 // its op was recorded with; the golden TCN's logits stay within a stated
 // tolerance of PyTorch's float32 ones.
-#include "tcn/core/autocast.h"
-#include "tcn/cuda/devices.h"
+#include "core/autocast.h"
+#include "cuda/devices.h"
 #include "helpers.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/models.h"
-#include "tcn/ops/cpu_blas.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "ops/cpu_blas.h"
 
 using namespace tcn;
 using tcn::test::rel_err;

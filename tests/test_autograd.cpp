@@ -1,6 +1,6 @@
 // The tape: what is recorded, when it is freed, how gradients accumulate, and
 // a check that the gradient checker itself catches a wrong backward.
-#include "tcn/core/threads.h"
+#include "core/threads.h"
 #include "helpers.h"
 
 using namespace tcn;

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "helpers.h"
-#include "tcn/nn/safetensors.h"
+#include "nn/safetensors.h"
 
 using namespace tcn;
 

@@ -9,13 +9,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench.h"
-#include "carry.h"
-#include "checkpoint.h"
-#include "data.h"
-#include "generate.h"
+#include "examples/charlm/bench.h"
+#include "examples/charlm/carry.h"
+#include "examples/charlm/checkpoint.h"
+#include "examples/charlm/data.h"
+#include "examples/charlm/generate.h"
 #include "helpers.h"
-#include "train.h"
+#include "examples/charlm/train.h"
 
 using namespace tcn;
 using namespace charlm;

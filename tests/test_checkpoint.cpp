@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "helpers.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 using namespace tcn::nn;

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "helpers.h"
-#include "tcn/core/autocast.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
-#include "tcn/ops/cpu_blas.h"
+#include "core/autocast.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "ops/cpu_blas.h"
 
 using namespace tcn;
 

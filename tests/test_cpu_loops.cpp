@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "helpers.h"
-#include "tcn/ops/cpu_loops.h"
+#include "ops/cpu_loops.h"
 
 using namespace tcn;
 

@@ -5,8 +5,8 @@
 // and reported as skipped, when no GPU is usable.
 #include <limits>
 
-#include "tcn/core/autocast.h"
-#include "tcn/cuda/kernels.h"
+#include "core/autocast.h"
+#include "cuda/kernels.h"
 #include "cuda_compare.h"
 #include "helpers.h"
 

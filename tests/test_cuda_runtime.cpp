@@ -1,6 +1,6 @@
 // The CUDA runtime: no GPU is a normal state with a reason, never a crash.
 // Tests that need a GPU are skipped (and reported as skipped) without one.
-#include "tcn/core/caching_allocator.h"
+#include "core/caching_allocator.h"
 #include "helpers.h"
 
 using namespace tcn;

@@ -13,8 +13,8 @@
 
 #include "cuda_compare.h"
 #include "helpers.h"
-#include "tcn/nn/optim.h"
-#include "train.h"
+#include "nn/optim.h"
+#include "examples/charlm/train.h"
 
 using namespace tcn;
 using tcn::test::check_params_close;

@@ -13,14 +13,14 @@
 // TCN_REQUIRE_CUDNN=1 (tools/device_check.sh on a GPU) turns a cuDNN that did
 // not load into failures instead of skips: every GPU case runs, and the first
 // case says why cuDNN is missing.
-#include "tcn/core/autocast.h"
-#include "tcn/core/backends.h"
-#include "tcn/core/step_graph.h"
-#include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/nn/layers.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "core/autocast.h"
+#include "core/backends.h"
+#include "core/step_graph.h"
+#include "cuda/cudnn.h"
+#include "cuda/devices.h"
+#include "nn/layers.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 #include "cuda_compare.h"
 #include "helpers.h"
 

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "tcn/cuda/common.h"
-#include "tcn/cuda/device.cuh"
-#include "tcn/cuda/devices.h"
+#include "cuda/common.h"
+#include "cuda/device.cuh"
+#include "cuda/devices.h"
 #ifdef TCN_CUDA_EMU
 #include "helpers.h"
-#include "tcn/cuda/emu/emu.h"
+#include "cuda/emu/emu.h"
 #endif
 
 namespace {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "helpers.h"
-#include "tcn/autograd/tape.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/nn/distributed.h"
+#include "autograd/tape.h"
+#include "cuda/devices.h"
+#include "nn/distributed.h"
 
 using namespace tcn;
 using tcn::test::rand_tensor;

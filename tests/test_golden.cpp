@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 using namespace tcn::nn;

@@ -7,10 +7,10 @@
 #include <cmath>
 
 #include "helpers.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/import.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "nn/checkpoint.h"
+#include "nn/import.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 using namespace tcn::nn;

@@ -1,9 +1,9 @@
 // Layers: finite-difference checks of each layer in float64 (parameters and
 // inputs), forward semantics, module naming and modes.
-#include "tcn/core/philox.h"
+#include "core/philox.h"
 #include "helpers.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 using namespace tcn::nn;

@@ -3,8 +3,8 @@
 // CUDA; LayerNorm's parameters. The layer_norm op itself is in the op registry.
 #include "cuda_compare.h"
 #include "helpers.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/layers.h"
+#include "nn/checkpoint.h"
+#include "nn/layers.h"
 
 using namespace tcn;
 using tcn::test::rand_tensor;

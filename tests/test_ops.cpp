@@ -7,9 +7,9 @@
 #include "cuda_compare.h"
 #include "helpers.h"
 #include "op_cases.h"
-#include "tcn/core/autocast.h"
-#include "tcn/ops/functors.h"
-#include "tcn/ops/op_lists.h"
+#include "core/autocast.h"
+#include "ops/functors.h"
+#include "ops/op_lists.h"
 
 using namespace tcn;
 using tcn::test::Bf16;

@@ -8,12 +8,12 @@
 #include <set>
 #include <thread>
 
-#include "tcn/cuda/devices.h"
+#include "cuda/devices.h"
 #include "helpers.h"
-#include "nlohmann/json.hpp"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
-#include "tcn/nn/profiler.h"
+#include <nlohmann/json.hpp>
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "nn/profiler.h"
 
 using namespace tcn;
 

@@ -8,7 +8,7 @@
 
 #include "cuda_compare.h"
 #include "helpers.h"
-#include "tcn/nn/optim.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 using tcn::test::check_params_close;

@@ -2,7 +2,7 @@
 // contract: same seed and offset, same numbers; requests tile the stream.
 #include <cmath>
 
-#include "tcn/core/philox.h"
+#include "core/philox.h"
 #include "helpers.h"
 
 using namespace tcn;

@@ -7,13 +7,13 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "tcn/core/step_graph.h"
-#include "tcn/cuda/devices.h"
+#include "core/step_graph.h"
+#include "cuda/devices.h"
 #include "cuda_compare.h"
 #include "helpers.h"
-#include "nlohmann/json.hpp"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include <nlohmann/json.hpp>
+#include "nn/models.h"
+#include "nn/optim.h"
 
 using namespace tcn;
 

@@ -7,8 +7,8 @@
 
 #include "cuda_compare.h"
 #include "helpers.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/tcn.h"
+#include "nn/checkpoint.h"
+#include "nn/tcn.h"
 
 using namespace tcn;
 

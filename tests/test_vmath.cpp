@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "helpers.h"
-#include "tcn/ops/vmath.h"
+#include "ops/vmath.h"
 
 using namespace tcn;
 using namespace tcn::test;

@@ -18,7 +18,14 @@ upward that is not in that list, so that no new one is added while the old
 ones are removed, and when a listed one is gone, so that the list shrinks with
 the code. The emulated device's internals (cuda/emu/) are outside the layers.
 
-    python3 tools/check_layers.py          # exit 1 on a new or a stale entry
+It also checks that every include names a file: a quoted include is a path
+from the repository root ("ops/ops.h") or from the including file's folder
+("helpers.h"), and the prefix <tcn/...> is left to the programs that use the
+library from outside (examples/tutorial/, examples/consumer/): inside the
+tree it would reach the build's staged copy of a header (CMakeLists.txt, "the
+headers"), a second copy beside the real one.
+
+    python3 tools/check_layers.py          # exit 1 on a new or a stale entry, or an include of no file
     python3 tools/check_layers.py --list   # every folder-to-folder include, counted
 """
 
@@ -31,7 +38,7 @@ from collections import Counter
 
 LAYERS = ["core", "cuda", "ops", "autograd", "nn"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
-INCLUDE = re.compile(r'^\s*#\s*include\s+"tcn/([a-z_]+)/([^"]+)"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
 SOURCE = re.compile(r"\.(h|cpp|cu|cuh)$")
 
 # The upward includes that remain, (including file, included header).
@@ -56,6 +63,34 @@ KNOWN = {
     ("cuda/rows.cu", "ops/ops.h"),
     ("ops/ops.h", "autograd/tape.h"),
 }
+
+
+QUOTED = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+PREFIXED = re.compile(r'^\s*#\s*include\s+[<"]tcn/[^">]+[">]', re.M)
+OUTSIDE = ("examples/tutorial/", "examples/consumer/")
+
+
+def unresolved_includes(root):
+    """(file, include, why) for each include of the tree's sources that names no file."""
+    out = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True, check=True)
+    bad = []
+    for rel in out.stdout.split():
+        if not SOURCE.search(rel):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        outside = rel.startswith(OUTSIDE)
+        for name in QUOTED.findall(text):
+            if outside and name.startswith("tcn/"):
+                continue
+            beside = os.path.join(root, os.path.dirname(rel), name)
+            if not (os.path.isfile(beside) or os.path.isfile(os.path.join(root, name))):
+                bad.append((rel, name, "names no file (from the repository root or beside the file)"))
+        if not outside:
+            for line in PREFIXED.findall(text):
+                bad.append((rel, line.split("include", 1)[1].strip(),
+                            "the tcn/ prefix is for programs outside the tree: write the path from the root"))
+    return bad
 
 
 def library_files(root):
@@ -87,15 +122,18 @@ def main():
     if args.list:
         for (src, dst), n in sorted(edges.items()):
             print(f"{src:9} -> {dst:9} {n:3}  {'UPWARD' if RANK[dst] > RANK[src] else ''}")
+    unresolved = unresolved_includes(args.root)
+    for rel, name, why in unresolved:
+        print(f"{rel}: #include {name}: {why}")
     new, stale = sorted(upward - KNOWN), sorted(KNOWN - upward)
     for rel, header in new:
         print(f"{rel}: includes {header}, a layer above it ({' <- '.join(LAYERS)}): pass what it needs "
               "down as an argument or an interface instead")
     for rel, header in stale:
         print(f"{rel}: no longer includes {header}: remove the pair from KNOWN in tools/check_layers.py")
-    print(f"check_layers: {len(upward)} upward include(s), {len(KNOWN)} known; {len(new)} new, {len(stale)} stale",
-          file=sys.stderr)
-    return 1 if new or stale else 0
+    print(f"check_layers: {len(upward)} upward include(s), {len(KNOWN)} known; {len(new)} new, {len(stale)} stale; "
+          f"{len(unresolved)} include(s) of no file", file=sys.stderr)
+    return 1 if new or stale or unresolved else 0
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/bfloat16.h"
-#include "tcn/cuda/emu/cublas_api.h"
-#include "tcn/cuda/emu/internal.h"
+#include "core/bfloat16.h"
+#include "cublas_api.h"
+#include "internal.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

@@ -6,7 +6,7 @@
 // tensor cores read them; accumulation is FP32 either way.
 #pragma once
 
-#include "tcn/cuda/emu/runtime_api.h"
+#include "runtime_api.h"
 
 enum cublasStatus_t {
   CUBLAS_STATUS_SUCCESS = 0,

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "tcn/cuda/emu/device.h"
-#include "tcn/cuda/emu/runtime_api.h"
+#include "device.h"
+#include "runtime_api.h"
 
 namespace tcn::emu {
 

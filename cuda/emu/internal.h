@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "tcn/cuda/emu/emu.h"
+#include "emu.h"
 
 namespace tcn::emu {
 

@@ -24,7 +24,7 @@
 #include <map>
 #include <mutex>
 
-#include "tcn/cuda/emu/internal.h"
+#include "internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tcn/cuda/emu/internal.h"
+#include "internal.h"
 
 struct CUgraph_st;
 

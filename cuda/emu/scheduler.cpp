@@ -27,8 +27,8 @@
 
 #include <boost/context/fiber.hpp>
 
-#include "tcn/cuda/emu/internal.h"
-#include "tcn/cuda/emu/racecheck.h"
+#include "internal.h"
+#include "racecheck.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>

@@ -1,9 +1,9 @@
 // The CUDA runtime of a build without CUDA (TCN_CUDA=OFF, or no nvcc found):
 // no devices, and every device call says why.
-#include "tcn/cuda/devices.h"
-#include "tcn/cuda/cudnn.h"
+#include "cuda/devices.h"
+#include "cuda/cudnn.h"
 
-#include "tcn/core/error.h"
+#include "core/error.h"
 
 namespace tcn::cuda {
 

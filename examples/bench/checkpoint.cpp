@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tcn/nn/safetensors.h"
-#include "tcn/ops/ops.h"
+#include "nn/safetensors.h"
+#include "ops/ops.h"
 
 using namespace tcn;
 using Clock = std::chrono::steady_clock;

@@ -14,9 +14,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "tcn/core/autocast.h"
-#include "tcn/core/threads.h"
-#include "tcn/ops/ops.h"
+#include "core/autocast.h"
+#include "core/threads.h"
+#include "ops/ops.h"
 
 #if TCN_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>

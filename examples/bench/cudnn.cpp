@@ -16,12 +16,12 @@
 #include <cstdio>
 #include <functional>
 
-#include "tcn/core/autocast.h"
-#include "tcn/core/backends.h"
-#include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/nn/layers.h"
-#include "tcn/ops/ops.h"
+#include "core/autocast.h"
+#include "core/backends.h"
+#include "cuda/cudnn.h"
+#include "cuda/devices.h"
+#include "nn/layers.h"
+#include "ops/ops.h"
 
 using namespace tcn;
 using Clock = std::chrono::steady_clock;

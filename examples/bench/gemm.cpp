@@ -14,11 +14,11 @@
 #include <map>
 #include <tuple>
 
-#include "tcn/core/autocast.h"
-#include "tcn/core/threads.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
-#include "tcn/ops/cpu_blas.h"
+#include "core/autocast.h"
+#include "core/threads.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "ops/cpu_blas.h"
 
 using namespace tcn;
 using Clock = std::chrono::steady_clock;

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <functional>
 
-#include "tcn/core/threads.h"
-#include "tcn/ops/ops.h"
+#include "core/threads.h"
+#include "ops/ops.h"
 
 using namespace tcn;
 using Clock = std::chrono::steady_clock;

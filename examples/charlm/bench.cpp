@@ -7,15 +7,15 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "tcn/core/autocast.h"
-#include "tcn/core/step_graph.h"
-#include "tcn/core/threads.h"
-#include "tcn/cuda/devices.h"
+#include "core/autocast.h"
+#include "core/step_graph.h"
+#include "core/threads.h"
+#include "cuda/devices.h"
 #include "flags.h"
 #include "generate.h"
-#include "tcn/nn/optim.h"
-#include "tcn/nn/profiler.h"
-#include "tcn/ops/cpu_blas.h"
+#include "nn/optim.h"
+#include "nn/profiler.h"
+#include "ops/cpu_blas.h"
 #include "train.h"
 
 namespace charlm {

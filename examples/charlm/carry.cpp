@@ -1,7 +1,7 @@
 #include "carry.h"
 
-#include "tcn/autograd/tape.h"
-#include "tcn/ops/ops.h"
+#include "autograd/tape.h"
+#include "ops/ops.h"
 
 namespace charlm {
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/tensor.h"
-#include "tcn/nn/distributed.h"
-#include "tcn/nn/models.h"
+#include "core/tensor.h"
+#include "nn/distributed.h"
+#include "nn/models.h"
 
 namespace charlm {
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "data.h"
-#include "tcn/core/generator.h"
-#include "tcn/nn/checkpoint.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "core/generator.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 #include "train.h"
 
 namespace charlm {

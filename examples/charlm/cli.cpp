@@ -21,7 +21,7 @@
 #include "bench.h"
 #include "flags.h"
 #include "generate.h"
-#include "tcn/nn/distributed.h"
+#include "nn/distributed.h"
 
 namespace charlm {
 

@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "tcn/core/files.h"
-#include "tcn/ops/ops.h"
+#include "core/files.h"
+#include "ops/ops.h"
 
 namespace charlm {
 

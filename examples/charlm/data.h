@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/tensor.h"
+#include "core/tensor.h"
 
 namespace charlm {
 

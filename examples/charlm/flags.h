@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "tcn/core/error.h"
-#include "tcn/nn/models.h"
+#include "core/error.h"
+#include "nn/models.h"
 
 namespace charlm::limits {
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "tcn/core/philox.h"
-#include "tcn/core/threads.h"
+#include "core/philox.h"
+#include "core/threads.h"
 #include "data.h"
 #include "flags.h"
 #include "train.h"

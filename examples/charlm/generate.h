@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tcn/nn/models.h"
+#include "nn/models.h"
 
 namespace charlm {
 

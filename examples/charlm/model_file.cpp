@@ -6,8 +6,8 @@
 
 #include "data.h"
 #include "train.h"
-#include "tcn/core/error.h"
-#include "tcn/core/files.h"
+#include "core/error.h"
+#include "core/files.h"
 
 namespace charlm {
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "tcn/nn/import.h"
-#include "tcn/nn/models.h"
+#include "nn/import.h"
+#include "nn/models.h"
 
 namespace charlm {
 

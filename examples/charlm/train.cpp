@@ -15,9 +15,9 @@
 #include "data.h"
 #include "flags.h"
 #include "model_file.h"
-#include "tcn/core/autocast.h"
-#include "tcn/core/threads.h"
-#include "tcn/nn/distributed.h"
+#include "core/autocast.h"
+#include "core/threads.h"
+#include "nn/distributed.h"
 #include "train_setup.h"
 #include "trainer.h"
 

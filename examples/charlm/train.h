@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "tcn/core/autocast.h"
-#include "tcn/nn/models.h"
+#include "core/autocast.h"
+#include "nn/models.h"
 
 namespace charlm {
 

@@ -9,14 +9,14 @@
 
 #include "flags.h"
 #include "model_file.h"
-#include "tcn/core/autocast.h"
-#include "tcn/core/backends.h"
-#include "tcn/core/files.h"
-#include "tcn/core/threads.h"
-#include "tcn/cuda/cudnn.h"
-#include "tcn/cuda/devices.h"
-#include "tcn/nn/safetensors.h"
-#include "tcn/ops/cpu_blas.h"
+#include "core/autocast.h"
+#include "core/backends.h"
+#include "core/files.h"
+#include "core/threads.h"
+#include "cuda/cudnn.h"
+#include "cuda/devices.h"
+#include "nn/safetensors.h"
+#include "ops/cpu_blas.h"
 
 namespace charlm {
 

@@ -9,9 +9,9 @@
 
 #include "checkpoint.h"
 #include "data.h"
-#include "tcn/nn/distributed.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "nn/distributed.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 #include "train.h"
 
 namespace charlm {

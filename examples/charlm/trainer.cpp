@@ -5,8 +5,8 @@
 #include <csignal>
 #include <cstdio>
 
-#include "tcn/core/profile.h"
-#include "tcn/ops/ops.h"
+#include "core/profile.h"
+#include "ops/ops.h"
 
 namespace charlm {
 

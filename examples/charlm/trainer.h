@@ -32,12 +32,12 @@
 #include <utility>
 #include <vector>
 
-#include "tcn/core/step_graph.h"
-#include "tcn/core/tensor.h"
-#include "tcn/nn/distributed.h"
-#include "tcn/nn/module.h"
-#include "tcn/nn/optim.h"
-#include "tcn/nn/profiler.h"
+#include "core/step_graph.h"
+#include "core/tensor.h"
+#include "nn/distributed.h"
+#include "nn/module.h"
+#include "nn/optim.h"
+#include "nn/profiler.h"
 
 namespace charlm {
 

@@ -14,10 +14,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli.h"  // examples/charlm: print_error, kSeed, resolve_device, check_output_path
-#include "trainer.h"  // examples/charlm: the training step
-#include "tcn/cuda/devices.h"
-#include "tcn/nn/safetensors.h"
+#include "examples/charlm/cli.h"  // examples/charlm: print_error, kSeed, resolve_device, check_output_path
+#include "examples/charlm/trainer.h"  // examples/charlm: the training step
+#include "cuda/devices.h"
+#include "nn/safetensors.h"
 
 namespace tasks {
 

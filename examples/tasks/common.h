@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "tcn/nn/layers.h"
-#include "tcn/nn/models.h"
-#include "tcn/nn/optim.h"
+#include "nn/layers.h"
+#include "nn/models.h"
+#include "nn/optim.h"
 
 namespace tasks {
 

@@ -12,7 +12,7 @@
 #include <cstdio>
 
 #include "common.h"
-#include "tcn/ops/ops.h"
+#include "ops/ops.h"
 
 namespace {
 

@@ -21,10 +21,10 @@
 #include <cstring>
 #include <string_view>
 
-#include "cli.h"  // examples/charlm: check_output_path
+#include "examples/charlm/cli.h"  // examples/charlm: check_output_path
 #include "common.h"
-#include "tcn/core/files.h"
-#include "tcn/ops/ops.h"
+#include "core/files.h"
+#include "ops/ops.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 // every CUDA thread runs on the CPU (docs/emulator.md).
 #include "05_softplus.h"
 
-#include "tcn/cuda/context.cuh"  // tcn::cuda::stream(device), grid_for, CUDA_CHECK, TCN_LAUNCH
+#include <tcn/cuda/context.cuh>  // tcn::cuda::stream(device), grid_for, CUDA_CHECK, TCN_LAUNCH
 
 namespace tut {
 

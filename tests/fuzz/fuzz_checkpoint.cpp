@@ -19,8 +19,8 @@
 
 #include "examples/charlm/carry.h"
 #include "examples/charlm/train.h"
-#include "tcn/nn/import.h"
-#include "tcn/nn/optim.h"
+#include "nn/import.h"
+#include "nn/optim.h"
 
 namespace {
 

@@ -1,3 +1,3 @@
 // TCN_CUDA=EMU: <cuda_runtime.h> is the emulated device (cuda/emu/).
 #pragma once
-#include "tcn/cuda/emu/emu.h"
+#include "../emu.h"
