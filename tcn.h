@@ -3,13 +3,14 @@
 //   #include <tcn/tcn.h>
 //
 // Tensors (tcn::Tensor, core/tensor.h), the ops and their autograd
-// (ops/ops.h, autograd/tape.h), the layers, models, optimizers, checkpoints
-// and the profiler (nn/...), and the version (core/version.h: tcn::version(),
-// TCN_VERSION_STRING). Each header can also be included on its own. Inside
-// this repository a header is included by its path from the repository root
-// ("nn/layers.h"); a program built on the library includes it under the
-// prefix tcn/ (<tcn/nn/layers.h>), as the build stages and installs it
-// (CMakeLists.txt, "the headers"). cuda/ holds the CUDA kernels (internal).
+// (ops/ops.h, autograd/tape.h), the layers, models, optimizers, checkpoints,
+// the profiler and the training step (nn/...), and the version
+// (core/version.h: tcn::version(), TCN_VERSION_STRING). Each header can also
+// be included on its own. Inside this repository a header is included by its
+// path from the repository root ("nn/layers.h"); a program built on the
+// library includes it under the prefix tcn/ (<tcn/nn/layers.h>), as the build
+// stages and installs it (CMakeLists.txt, "the headers"). cuda/ holds the
+// CUDA kernels (internal).
 #pragma once
 
 #include "core/version.h"
@@ -36,3 +37,4 @@
 #include "nn/optim.h"
 #include "nn/profiler.h"
 #include "nn/safetensors.h"
+#include "nn/trainer.h"

@@ -39,12 +39,22 @@ Profiler::~Profiler() {
   }
 }
 
+Profiler::Step::Step(Profiler* p) : p_(p), unwinding_(std::uncaught_exceptions()) {
+  if (!p) return;
+  TCN_CHECK(p->recording_, "Profiler::Step: the profiler has finished");
+  range_.emplace();
+  ++p->steps_;  // counted as its range is (a step that throws is still a recorded step)
+}
+
+Profiler::Step::~Step() noexcept(false) {
+  // The step ends when its device work does; while an exception unwinds the
+  // step, that one is the error to report.
+  if (p_ && p_->device_.is_cuda() && std::uncaught_exceptions() == unwinding_) cuda::synchronize();
+}
+
 void Profiler::step(const std::function<void()>& body) {
-  TCN_CHECK(recording_, "Profiler::step: the profiler has finished");
-  const profile::Step step;
-  ++steps_;  // counted as its range is (a step that throws is still a recorded step)
+  const Step step(this);
   body();
-  if (device_.is_cuda()) cuda::synchronize();  // the step ends when its device work does
 }
 
 const ProfileReport& Profiler::finish() {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,23 @@ class Profiler {
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
-  // Runs one profiled step: `body` inside a step range, then a wait for the
-  // device, so the step's time includes all of its device work.
+  // One profiled step, as a scope: the step is what runs while it lives, and
+  // its end waits for the device, so the step's time includes all of its
+  // device work. A Step of no profiler (nullptr) records nothing.
+  //   { const nn::Profiler::Step s(&prof); train_step(); }
+  class [[nodiscard]] Step {
+   public:
+    explicit Step(Profiler* p);
+    ~Step() noexcept(false);  // the wait reports a device error (not while an exception unwinds)
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+
+   private:
+    Profiler* p_;
+    int unwinding_;                        // exceptions in flight at the start
+    std::optional<profile::Step> range_;   // ends after the destructor's wait
+  };
+  // The same for a callable: `body` as one profiled step.
   void step(const std::function<void()>& body);
   // Stops recording (once) and builds the report.
   const ProfileReport& finish();

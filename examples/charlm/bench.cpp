@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "examples/common/program.h"
 #include "core/autocast.h"
 #include "core/step_graph.h"
 #include "core/threads.h"
@@ -187,11 +188,11 @@ int run_bench(const BenchOptions& opts, const char*) {
             " must be in [1, --seq_len = ", o.seq_len, "]");
   check("--generate_chars", o.generate_chars, 0, kMaxChars, " (0: skip)");
   check("--profile", o.profile, 0, kMaxBenchSteps, " (0: off)");
-  if (!o.trace.empty()) check_output_path("--trace", o.trace);
+  if (!o.trace.empty()) program::check_output_path("--trace", o.trace);
   TCN_CHECK(o.torch == "auto" || o.torch == "off", "--torch ", o.torch, ": expected auto or off");
   (void)parse_graph_mode(o.cuda_graph);
   set_num_threads(o.threads);
-  const Device dev = resolve_device(o.device);
+  const Device dev = program::resolve_device(o.device, "charlm");
   std::vector<std::string> kinds = o.model == "both" ? std::vector<std::string>{"tcn", "lstm"}
                                                      : std::vector<std::string>{o.model};
   std::printf("charlm bench: device %s, batch %lld, seq_len %lld (scored %lld), reference configs, vocab 50, "

@@ -21,31 +21,10 @@
 #include "bench.h"
 #include "flags.h"
 #include "generate.h"
+#include "examples/common/program.h"
 #include "nn/distributed.h"
 
 namespace charlm {
-
-void print_error(const char* program, std::string msg) {
-  for (char& c : msg)
-    if (c == '\n' || c == '\r') c = ' ';
-  // Across processes, say which one (the Comm exists only once a run made it).
-  const tcn::dist::Comm* comm = tcn::dist::Comm::existing();
-  if (comm && comm->size() > 1)
-    std::fprintf(stderr, "%s: error: [rank %d of %d] %s\n", program, comm->rank(), comm->size(), msg.c_str());
-  else
-    std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
-}
-
-// A seed: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
-const CLI::Validator kSeed(
-    [](std::string& v) -> std::string {
-      uint64_t x = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-      if (v.empty() || ec != std::errc() || end != v.data() + v.size())
-        return "must be an integer in [0, 2^64 - 1], got " + v;
-      return "";
-    },
-    "");
 
 // --conv_impl, --lstm_impl, --deterministic: which CUDA layers run on cuDNN (core/backends.h).
 void add_backend_options(CLI::App* cmd, std::string& conv_impl, std::string& lstm_impl, bool& deterministic) {
@@ -110,7 +89,7 @@ int run_cli(int argc, char** argv, const Program& program) {
   train->add_option("--clip", t.clip, "gradient clipping norm, in [0, 1e6] (0: off)")->capture_default_str();
   train->add_option("--epochs", t.epochs, "epochs, in [1, 1000000]")->capture_default_str();
   train->add_option("--max_steps", t.max_steps, "stop after this many steps, in [0, 1e12] (0: no limit)")->capture_default_str();
-  train->add_option("--seed", t.seed, "random seed (init and dropout), in [0, 2^64 - 1]")->capture_default_str()->check(kSeed);
+  train->add_option("--seed", t.seed, "random seed (init and dropout), in [0, 2^64 - 1]")->capture_default_str()->check(program::kSeed);
   train->add_option("--log-interval,--log_interval", t.log_interval, "steps between log lines, in [1, 1e12]")->capture_default_str();
   train->add_option("--device", t.device, "auto, cpu or cuda[:N]")->capture_default_str();
   train->add_option("--data", t.data, "folder with ptb.{train,valid,test}.txt")->capture_default_str();
@@ -173,7 +152,7 @@ int run_cli(int argc, char** argv, const Program& program) {
   gen->add_option("--prompt", g.prompt, "text to start from")->capture_default_str();
   gen->add_option("-n,--chars", g.n, "characters (words) to generate, in [0, 100000000]")->capture_default_str();
   gen->add_option("--temperature", g.temperature, "softmax temperature, in (0, 1000]")->capture_default_str();
-  gen->add_option("--seed", g.seed, "sampling seed, in [0, 2^64 - 1]")->capture_default_str()->check(kSeed);
+  gen->add_option("--seed", g.seed, "sampling seed, in [0, 2^64 - 1]")->capture_default_str()->check(program::kSeed);
   gen->add_flag("--full", g.full_recompute, "recompute the whole context for every token (slow; for checking)");
   gen->add_option("--threads", g.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
   gen->add_option("--data", g.data, "folder with ptb.*.txt: the vocabulary of a PyTorch state_dict")
@@ -219,7 +198,7 @@ int run_cli(int argc, char** argv, const Program& program) {
   } catch (const CLI::ParseError& ex) {
     // --help and friends print as CLI11 does; a bad command line is one line.
     if (ex.get_exit_code() == 0) return app.exit(ex);
-    print_error(program.name, std::string(ex.what()) + " (see --help)");
+    program::print_error(program.name, std::string(ex.what()) + " (see --help)");
     return ex.get_exit_code();
   }
   try {
@@ -240,14 +219,14 @@ int run_cli(int argc, char** argv, const Program& program) {
     // Output that could not be written (e.g. stdout on a full disk) is a failure too.
     errno = 0;
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      print_error(program.name, std::string("cannot write to standard output") +
+      program::print_error(program.name, std::string("cannot write to standard output") +
                   (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
       return 1;
     }
     return rc;
   } catch (const std::exception& ex) {
     std::fflush(stdout);
-    print_error(program.name, ex.what());
+    program::print_error(program.name, ex.what());
     // In a data-parallel run the other ranks would wait for this one forever:
     // end them all (Comm::abort returns only when there are no others).
     if (tcn::dist::Comm* comm = tcn::dist::Comm::existing()) comm->abort(1);

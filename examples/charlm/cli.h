@@ -23,10 +23,4 @@ struct Program {
 // Every error is one line on stderr.
 int run_cli(int argc, char** argv, const Program& program);
 
-// What the trainers' command lines share (also examples/tasks/):
-// "PROGRAM: error: MESSAGE" on stderr as one line, whatever the message holds;
-void print_error(const char* program, std::string msg);
-// and a --seed check: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
-extern const CLI::Validator kSeed;
-
 }  // namespace charlm

@@ -1,6 +1,6 @@
 // `charlm train` and `charlm eval`. run_train reads top to bottom: the flags
 // and outputs checked (train_setup.cpp), the data, the model, then the epochs
-// of Trainer steps (trainer.h), with the log lines, evaluations and
+// of nn::Trainer steps (nn/trainer.h), with the log lines, evaluations and
 // checkpoints of this program around them (TrainRun below).
 #include "train.h"
 
@@ -15,11 +15,12 @@
 #include "data.h"
 #include "flags.h"
 #include "model_file.h"
+#include "examples/common/program.h"
 #include "core/autocast.h"
 #include "core/threads.h"
 #include "nn/distributed.h"
 #include "train_setup.h"
-#include "trainer.h"
+#include "nn/trainer.h"
 
 namespace charlm {
 
@@ -116,14 +117,14 @@ class TrainRun {
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
   // The progress line on a terminal's stderr, after every step.
-  void progress(const Trainer& t, int64_t batch) const {
+  void progress(const nn::Trainer& t, int64_t batch) const {
     if (tty_)
       std::fprintf(stderr, "\r  epoch %lld | %lld/%zu | step %lld | loss %.3f%s   ", static_cast<long long>(st_.epoch),
                    static_cast<long long>(batch), windows_, static_cast<long long>(st_.step), t.last_loss(),
                    o_.debug_sync ? "" : " (last log)");
   }
 
-  void log_line(const Interval& in, int64_t batch) {
+  void log_line(const nn::Interval& in, int64_t batch) {
     const double ms = in.seconds * 1000 / static_cast<double>(in.steps);
     const double cps = static_cast<double>(in.items) / in.seconds;
     if (tty_) std::fprintf(stderr, "\r%80s\r", "");
@@ -134,7 +135,7 @@ class TrainRun {
   }
 
   // --eval_interval: valid loss between epoch ends, its time left out of the interval's ms/batch.
-  void eval_line(Trainer& t) {
+  void eval_line(nn::Trainer& t) {
     t.read_losses();
     const auto t_eval = Clock::now();
     const double vloss = evaluate(model_, valid_, o_.seq_len, o_.validseqlen, o_.eval_batches, carry_ != nullptr);
@@ -252,7 +253,7 @@ int run_train(TrainOptions o) {
   const int world = comm.size(), rank = comm.rank();
   const bool writer = rank == 0;
   prepare_options(o, comm);
-  const Device device = resolve_device(o.device, o.tokens == "word" ? "wordlm" : "charlm");
+  const Device device = program::resolve_device(o.device, o.tokens == "word" ? "wordlm" : "charlm");
   const Autocast precision(precision_for(o.precision, device));  // the whole run, training and evaluation
   apply_cuda_backends(o.conv_impl, o.lstm_impl, o.deterministic, device);
   const Console say{!o.quiet && writer};
@@ -302,14 +303,14 @@ int run_train(TrainOptions o) {
   }
   TrainRun run(o, model, *start.opt, corpus.vocab, st, valid, test, wins.size(), writer, carry ? &*carry : nullptr);
   const int64_t hist = o.seq_len - o.validseqlen;  // the history each window reads before the positions it scores
-  Trainer trainer;
+  nn::Trainer trainer;
   trainer.setup(model, *start.opt, device,
-                [&](const Batch& b) {
+                [&](const nn::Batch& b) {
                   if (carry) return cross_entropy(carry->forward(b.input), b.target);  // every position
                   const int64_t scored = b.input.size(1) - hist;  // the last `scored` positions only
                   return cross_entropy(model.forward(b.input, scored), b.target.narrow(1, hist, scored));
                 },
-                TrainerOptions{.clip = o.clip, .graph = parse_graph_mode(o.cuda_graph),
+                nn::TrainerOptions{.clip = o.clip, .graph = parse_graph_mode(o.cuda_graph),
                                .graph_batch = {train_src.size(0), o.seq_len}, .graph_batch_options = train_src.options(),
                                .comm = &comm, .profile_steps = o.profile, .trace = o.trace, .debug_sync = o.debug_sync,
                                .stop_on_signals = true, .say = say.on, .tty = run.tty(),
@@ -334,7 +335,7 @@ int run_train(TrainOptions o) {
         break;
       }
       const Window& w = wins[bi];
-      trainer.step(Batch{.input = train_src.narrow(1, w.start, w.len),
+      trainer.step(nn::Batch{.input = train_src.narrow(1, w.start, w.len),
                          .target = train_src.narrow(1, w.start + 1, w.len),
                          .items = (w.len - hist) * train_src.size(0) * world,  // the whole batch's, over all ranks
                          .epoch = st.epoch, .number = bi + 1});
@@ -370,7 +371,7 @@ int run_eval(const EvalOptions& o) {
   TCN_CHECK(o.split == "valid" || o.split == "test" || o.split == "train", "--split ", o.split,
             ": expected train, valid or test");
   if (o.threads > 0) set_num_threads(o.threads);
-  const Device device = resolve_device(o.device);
+  const Device device = program::resolve_device(o.device, "charlm");
   const Autocast precision(precision_for(o.precision, device));
   nn::LoadedCharLM m = load_model_file(o.checkpoint, "--checkpoint",
                                        ModelFileOptions{.data = o.data, .vocab_file = o.vocab_file,

@@ -108,16 +108,8 @@ tcn::Precision precision_for(const std::string& name, const tcn::Device& device)
 void apply_cuda_backends(const std::string& conv_impl, const std::string& lstm_impl, bool deterministic,
                          const tcn::Device& device);
 
-// Throws, naming the flag, unless `path` is a regular file that can be
-// written or does not exist yet under a writable directory (or one that can
-// be made): output paths are checked before any training.
-void check_output_path(const char* flag, const std::string& path);
-
 // What a checkpoint's vocabulary holds: its metadata's "tokens" ("char" when
 // absent: the checkpoints written before word models).
 std::string checkpoint_tokens(const tcn::nn::Metadata& meta);
-
-// "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU.
-tcn::Device resolve_device(const std::string& name, const char* program = "charlm");
 
 }  // namespace charlm

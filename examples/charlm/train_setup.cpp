@@ -9,6 +9,7 @@
 
 #include "flags.h"
 #include "model_file.h"
+#include "examples/common/program.h"
 #include "core/autocast.h"
 #include "core/backends.h"
 #include "core/files.h"
@@ -29,45 +30,6 @@ std::string checkpoint_tokens(const nn::Metadata& meta) {
   TCN_CHECK(it->second == "char" || it->second == "word", "the checkpoint's tokens '", it->second,
             "' are neither char nor word");
   return it->second;
-}
-
-Device resolve_device(const std::string& name, const char* program) {
-  if (name == "auto") {
-    if (cuda::is_available() && cuda::verified_on_gpu()) return Device::cuda(0);
-    return Device::cpu();
-  }
-  Device d = parse_device(name);
-  if (d.is_cuda()) {
-    TCN_CHECK(cuda::is_available(), "--device ", name, ": no usable GPU (", cuda::unavailable_reason(), ")");
-    if (cuda::emulated())
-      std::fprintf(stderr, "%s: note: --device %s is the EMULATED device (TCN_CUDA=EMU): the CUDA kernels run "
-                           "on the CPU to check their logic, far slower than the CPU backend; not a GPU\n",
-                   program, name.c_str());
-    else if (!cuda::verified_on_gpu())
-      std::fprintf(stderr, "%s: warning: the CUDA kernels of this build have not been verified on a GPU yet "
-                           "(tests/test_ops.cpp, tests/test_cuda_ops.cpp); results may be wrong\n",
-                   program);
-  }
-  return d;
-}
-
-// An output path must be a regular file or not exist yet, under a directory
-// that exists (or can be made) and is writable; checked before any training.
-void check_output_path(const char* flag, const std::string& path) {
-  TCN_CHECK(!path.empty(), flag, ": empty path");
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) == 0) {
-    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", tcn::file_kind(sb.st_mode),
-              ", not a regular file)");
-    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
-    return;
-  }
-  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
-  while (::stat(dir.c_str(), &sb) != 0 && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
-  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ",
-            tcn::file_kind(sb.st_mode), ")");
-  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
-            std::strerror(errno), ")");
 }
 
 Precision precision_for(const std::string& name, const Device& device) {
@@ -175,7 +137,7 @@ void prepare_options(TrainOptions& o, const dist::Comm& comm) {
 std::string prepare_outputs(TrainOptions& o, bool writer, const Console& say) {
   if (!o.save.empty() && writer) {
     for (const std::string& p : {o.save, last_path(o.save)}) {
-      check_output_path("--save", p);
+      program::check_output_path("--save", p);
       try {
         nn::check_save_target(p);
       } catch (const tcn::Error& e) {
@@ -187,10 +149,10 @@ std::string prepare_outputs(TrainOptions& o, bool writer, const Console& say) {
     }
   }
   if (o.metrics.empty()) o.metrics = "runs/" + std::string(o.tokens == "word" ? "word_" : "") + o.model + ".csv";
-  check_output_path("--metrics", o.metrics);
+  program::check_output_path("--metrics", o.metrics);
   const std::string metrics_path = o.metrics;
   if (!writer) o.metrics.clear();  // MetricsLog writes nothing for an empty path
-  if (!o.trace.empty()) check_output_path("--trace", o.trace);
+  if (!o.trace.empty()) program::check_output_path("--trace", o.trace);
   return metrics_path;
 }
 

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "examples/charlm/cli.h"  // examples/charlm: print_error, kSeed, resolve_device, check_output_path
-#include "examples/charlm/trainer.h"  // examples/charlm: the training step
+#include "examples/common/program.h"
+#include "nn/trainer.h"
 #include "cuda/devices.h"
 #include "nn/safetensors.h"
 
@@ -61,7 +61,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
       ->check(CLI::IsMember({"Adam", "RMSprop", "SGD"}));
   app.add_option("--seed", o.seed, "seed of the data, the init and dropout, in [0, 2^64 - 1]")
       ->capture_default_str()
-      ->check(charlm::kSeed);
+      ->check(program::kSeed);
   app.add_option("--device", o.device, "cpu, cuda[:N] or auto (a GPU once the CUDA kernels are verified on one)")
       ->capture_default_str();
   app.add_option("--max_steps", o.max_steps, "stop after this many steps, in [0, 1e12] (0: no limit)")
@@ -99,21 +99,21 @@ int run_main(const char* program, CLI::App& app, int argc, char** argv, const st
     app.parse(argc, argv);
   } catch (const CLI::ParseError& ex) {
     if (ex.get_exit_code() == 0) return app.exit(ex);  // --help
-    charlm::print_error(program, std::string(ex.what()) + " (see --help)");
+    program::print_error(program, std::string(ex.what()) + " (see --help)");
     return ex.get_exit_code();
   }
   try {
     const int rc = body();
     errno = 0;
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      charlm::print_error(program, std::string("cannot write to standard output") +
+      program::print_error(program, std::string("cannot write to standard output") +
                                (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
       return 1;
     }
     return rc;
   } catch (const std::exception& ex) {
     std::fflush(stdout);
-    charlm::print_error(program, ex.what());
+    program::print_error(program, ex.what());
     return 1;
   }
 }
@@ -215,11 +215,11 @@ nn::TCNOptions tcn_options(const TaskSetup& t) {
 
 RunPlan plan_run(const TaskSetup& t) {
   const CommonOptions& o = t.opts;
-  const Device device = charlm::resolve_device(o.device, t.program);
+  const Device device = program::resolve_device(o.device, t.program);
   const std::string metrics = o.metrics.empty() ? "runs/" + std::string(t.program) + ".csv" : o.metrics;
-  charlm::check_output_path("--metrics", metrics);
-  if (!o.save_init.empty()) charlm::check_output_path("--save_init", o.save_init);
-  if (!o.dump_batches.empty()) charlm::check_output_path("--dump_batches", o.dump_batches);
+  program::check_output_path("--metrics", metrics);
+  if (!o.save_init.empty()) program::check_output_path("--save_init", o.save_init);
+  if (!o.dump_batches.empty()) program::check_output_path("--dump_batches", o.dump_batches);
   return RunPlan{.device = device, .metrics = metrics, .tcn = tcn_options(t)};
 }
 
@@ -276,15 +276,15 @@ int train(TaskSetup& t, const RunPlan& plan) {
   MetricsCsv csv(metrics);
   const auto t_start = Clock::now();
   auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  // The step (charlm/trainer.h): the loss stays on the device and is read at
+  // The step (nn/trainer.h): the loss stays on the device and is read at
   // log lines only; the first non-finite loss closes the optimizer's gate, so
   // the weights keep their last finite state, and the next read stops the run
   // naming the step.
-  charlm::Trainer trainer;
-  trainer.setup(model, *opt, device, [&](const charlm::Batch& b) { return t.loss(model, Dataset{b.input, b.target}); },
-                charlm::TrainerOptions{.clip = o.clip, .bad_loss_note = "stopped before its update"});
+  nn::Trainer trainer;
+  trainer.setup(model, *opt, device, [&](const nn::Batch& b) { return t.loss(model, Dataset{b.input, b.target}); },
+                nn::TrainerOptions{.clip = o.clip, .bad_loss_note = "stopped before its update"});
   auto log_interval = [&](int64_t epoch) {
-    const charlm::Interval in = trainer.end_interval();
+    const nn::Interval in = trainer.end_interval();
     const double ms = 1000 * in.seconds / static_cast<double>(in.steps);
     const int64_t step = trainer.steps(), batch = (step - 1) % per_epoch + 1;
     std::printf("| epoch %3lld | step %7lld | %5lld/%5lld batches | lr %.2e | ms/step %7.2f | loss %.8f\n",
@@ -298,7 +298,7 @@ int train(TaskSetup& t, const RunPlan& plan) {
     model.train();
     for (int64_t i = 0; i < n && trainer.steps() < planned; i += B) {
       const Dataset batch = train.slice(i, std::min(B, n - i));
-      trainer.step(charlm::Batch{.input = batch.x, .target = batch.y});
+      trainer.step(nn::Batch{.input = batch.x, .target = batch.y});
       const int64_t step = trainer.steps();
       if (step % o.log_interval == 0 || step == planned) log_interval(epoch);
     }

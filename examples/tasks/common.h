@@ -1,7 +1,7 @@
 // What the two synthetic-task trainers of the TCN paper (Bai, Kolter, Koltun
 // 2018, section 5) share: the flags of locuslab/TCN's reference trainers, their
 // range checks, and the training loop around the shared step
-// (examples/charlm/trainer.h): sequential batches, an optimizer step per
+// (nn/trainer.h): sequential batches, an optimizer step per
 // batch, a progress line per --log-interval steps, the test set at each
 // epoch's end, a metrics CSV. The model, TaskTCN, is in nn/models.h.
 //

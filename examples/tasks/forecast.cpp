@@ -21,7 +21,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "examples/charlm/cli.h"  // examples/charlm: check_output_path
+#include "examples/common/program.h"
 #include "common.h"
 #include "core/files.h"
 #include "ops/ops.h"
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     tasks::check("--horizon", horizon, 1, 1000);
     tasks::check("--season", season, 1, 100000);
     tasks::check_real("--test_fraction", test_fraction, 0, 1, true, true);
-    if (!predictions.empty()) charlm::check_output_path("--predictions", predictions);
+    if (!predictions.empty()) program::check_output_path("--predictions", predictions);
     task.inputs = 1, task.outputs = horizon;
     const tasks::RunPlan plan = tasks::plan_run(task);  // bad input fails before the data is read
     const Series s = read_series(data);

@@ -146,5 +146,32 @@ int main() {
   // The model, in eval mode, is deterministic: two evaluations agree bitwise.
   check(evaluate() == eval_after, "evaluation is deterministic (dropout is off in eval mode)");
 
+  // ---- the same loop, as the library runs it: nn::Trainer ----------------
+  // nn/trainer.h holds this step once for every trainer: zero the gradients,
+  // forward and loss, backward, clip, update, with what a long run needs
+  // around it (the loss watched on the device, data-parallel gradients, a
+  // CUDA graph, the profiler, signals). Trained again from the same start on
+  // the same batches, it must give this model bit for bit.
+  Generator init2(1), drop2(2), train_data2(3);
+  DelayNet again(kHidden, /*dropout=*/0.05, init2, drop2);
+  nn::Adam opt2(again.parameters(), /*lr=*/1e-2);
+  nn::Trainer trainer;
+  trainer.setup(again, opt2, Device::cpu(), [&](const nn::Batch& b) { return mse(again.forward(b.input), b.target); },
+                nn::TrainerOptions{.clip = kMaxNorm});
+  for (int64_t step = 1; step <= kSteps; ++step) {
+    if (step == 3 * kSteps / 4) opt2.lr *= 0.5;
+    const auto [x, y] = make_batch(kBatch, kTime, train_data2);
+    trainer.step(nn::Batch{.input = x, .target = y});
+  }
+  const double trainer_loss = trainer.end_interval().loss;  // the mean loss of its steps
+  trainer.finish();
+  bool same = true;
+  const auto mine = model.parameters(), its = again.parameters();
+  for (size_t i = 0; i < mine.size(); ++i)
+    same = same && mine[i].to_vector<float>() == its[i].to_vector<float>();  // every element equal
+  std::printf("      nn::Trainer, the same %lld steps: mean train MSE %.4f\n", static_cast<long long>(kSteps),
+              trainer_loss);
+  check(same, "nn::Trainer's step trains the model exactly as the loop above");
+
   return tut::finish("tutorial_04_training");
 }

@@ -1,5 +1,6 @@
-// The training step that charlm, wordlm and the task trainers (examples/tasks)
-// share. The step itself is one block, Trainer::compute: zero the gradients,
+// The training loop's step, with its policies: what charlm, wordlm, the task
+// trainers (examples/tasks), tutorial chapter 4 and a program of yours share.
+// The step itself is one block, Trainer::compute: zero the gradients,
 // forward and loss, backward, average the gradients over the ranks, clip,
 // update. What surrounds it is a policy object each, with one job:
 //
@@ -11,7 +12,7 @@
 //
 // A program's loop then reads:
 //
-//   Trainer trainer;
+//   nn::Trainer trainer;
 //   trainer.setup(model, opt, device, loss_fn, options);
 //   for (epoch ...) {
 //     for (batch ...) {
@@ -39,13 +40,13 @@
 #include "nn/optim.h"
 #include "nn/profiler.h"
 
-namespace charlm {
+namespace tcn::nn {
 
 // What one step reads. input and target may be views (of the training data on
 // the device); the step makes them contiguous, or copies them into the graph's
 // buffers.
 struct Batch {
-  tcn::Tensor input, target;
+  Tensor input, target;
   int64_t items = 0;              // what the rate counts: tokens scored, over all ranks (0: none)
   int64_t epoch = 0, number = 0;  // its place (1-based batch number), named when its loss is bad (0: unnamed)
 };
@@ -59,10 +60,10 @@ struct Interval {
 
 struct TrainerOptions {
   double clip = 0;                    // the gradients' global L2 norm at most this (<= 0: off)
-  tcn::GraphMode graph = tcn::GraphMode::Off;
-  tcn::Shape graph_batch;             // the shape of the batches the graph replays (full windows)
-  tcn::TensorOptions graph_batch_options;  // their dtype and device
-  tcn::dist::Comm* comm = nullptr;    // data-parallel: gradients averaged over its ranks (when launched)
+  GraphMode graph = GraphMode::Off;
+  Shape graph_batch;             // the shape of the batches the graph replays (full windows)
+  TensorOptions graph_batch_options;  // their dtype and device
+  dist::Comm* comm = nullptr;    // data-parallel: gradients averaged over its ranks (when launched)
   int64_t profile_steps = 0;          // record this many steps after two warm-up steps (0: off)
   std::string trace;                  // with profile_steps: the Chrome trace of them
   bool debug_sync = false;            // read the loss after every step (an error at its step)
@@ -77,8 +78,8 @@ struct TrainerOptions {
 // copied into; a batch of another shape (a shorter last window) runs eagerly.
 class GraphCapture {
  public:
-  GraphCapture(tcn::GraphMode mode, tcn::Device device, std::vector<tcn::Tensor> params,
-               const tcn::Shape& batch_shape, tcn::TensorOptions options);
+  GraphCapture(GraphMode mode, Device device, std::vector<Tensor> params,
+               const Shape& batch_shape, TensorOptions options);
   // The batch the step reads (the profiler's data phase), and the key of its
   // launches (StepGraph::run): which shapes and buffers they read.
   struct Staged {
@@ -86,14 +87,14 @@ class GraphCapture {
     int64_t key;
   };
   Staged stage(const Batch& b);
-  tcn::Tensor run(int64_t key, const std::function<tcn::Tensor()>& body) { return graph_.run(key, body); }
+  Tensor run(int64_t key, const std::function<Tensor()>& body) { return graph_.run(key, body); }
   // True once: at the first step after the warm-up (the graph replays, or stays eager for good).
   bool just_settled();
   const std::string& status() const { return graph_.status(); }
 
  private:
-  tcn::StepGraph graph_;
-  tcn::Tensor input_, target_;
+  StepGraph graph_;
+  Tensor input_, target_;
   bool said_ = false;
 };
 
@@ -102,8 +103,9 @@ class GraphCapture {
 class StepProfiler {
  public:
   StepProfiler(int64_t steps, int64_t from, std::string trace) : steps_(steps), from_(from), trace_(std::move(trace)) {}
-  // Runs step number `step` (0-based) through the profiler when it is one of the profiled ones.
-  void run(int64_t step, const tcn::nn::Module& model, tcn::Device device, const std::function<void()>& body);
+  // The profiler that records step number `step` (0-based), or nullptr when it
+  // is not a profiled one (the first profiled step starts the profiler).
+  Profiler* profiler_for(int64_t step, const Module& model, Device device);
   bool last(int64_t step) const { return prof_ && step + 1 == from_ + steps_; }
   bool recording() const { return prof_ != nullptr; }
   bool pending() const { return steps_ > 0; }  // asked for and not reported yet
@@ -115,7 +117,7 @@ class StepProfiler {
  private:
   int64_t steps_, from_;
   std::string trace_;
-  std::unique_ptr<tcn::nn::Profiler> prof_;
+  std::unique_ptr<Profiler> prof_;
 };
 
 // Data-parallel: after backward every rank holds the whole batch's gradient,
@@ -123,13 +125,13 @@ class StepProfiler {
 // same value and stops at the same bad step). In one process: the loss as is.
 class GradAverage {
  public:
-  GradAverage(tcn::dist::Comm* comm, std::vector<tcn::Tensor> params);  // a no-op unless comm was launched
-  tcn::Tensor finish(tcn::Tensor loss);
+  GradAverage(dist::Comm* comm, std::vector<Tensor> params);  // a no-op unless comm was launched
+  Tensor finish(Tensor loss);
   int64_t buckets() const { return reducer_ ? reducer_->num_buckets() : 0; }
 
  private:
-  tcn::dist::Comm* comm_;
-  std::unique_ptr<tcn::dist::GradReducer> reducer_;
+  dist::Comm* comm_;
+  std::unique_ptr<dist::GradReducer> reducer_;
 };
 
 // The losses are watched on the device (nn::LossWatch): a step never waits to
@@ -139,16 +141,16 @@ class GradAverage {
 // then stops the run naming its step and, when known, its batch.
 class LossCheck {
  public:
-  LossCheck(tcn::Device device, std::string note) : watch_(device), note_(std::move(note)) {}
-  void add(const tcn::Tensor& loss, int64_t step) { watch_.add(loss, step); }
-  const tcn::Tensor& ok() const { return watch_.ok(); }
+  LossCheck(Device device, std::string note) : watch_(device), note_(std::move(note)) {}
+  void add(const Tensor& loss, int64_t step) { watch_.add(loss, step); }
+  const Tensor& ok() const { return watch_.ok(); }
   void placed(int64_t epoch, int64_t number) { unread_.emplace_back(epoch, number); }
   bool unread() const { return !unread_.empty(); }
   // The losses since the last read; `steps` is the steps taken so far.
-  tcn::nn::LossWatch::Reading read(int64_t steps);
+  LossWatch::Reading read(int64_t steps);
 
  private:
-  tcn::nn::LossWatch watch_;
+  LossWatch watch_;
   std::string note_;
   std::vector<std::pair<int64_t, int64_t>> unread_;  // (epoch, batch) of each step since the last read
 };
@@ -166,10 +168,10 @@ class StopSignals {
 
 class Trainer {
  public:
-  using LossFn = std::function<tcn::Tensor(const Batch&)>;  // forward and loss (differentiable)
+  using LossFn = std::function<Tensor(const Batch&)>;  // forward and loss (differentiable)
 
   // `steps_done`: the steps a resumed run has behind it.
-  void setup(tcn::nn::Module& model, tcn::nn::Optimizer& opt, tcn::Device device, LossFn loss,
+  void setup(Module& model, Optimizer& opt, Device device, LossFn loss,
              TrainerOptions options, int64_t steps_done = 0);
   void step(const Batch& batch);
   Interval end_interval();
@@ -193,17 +195,17 @@ class Trainer {
   int64_t grad_buckets() const { return reduce_->buckets(); }
 
  private:
-  tcn::Tensor compute(const Batch& b);
+  Tensor compute(const Batch& b);
   void say(const std::string& text) const;
   std::function<void(const std::string&)> say_fn() const {
     return [this](const std::string& s) { say(s); };
   }
   void clear_progress() const;
 
-  tcn::nn::Module* model_ = nullptr;
-  tcn::nn::Optimizer* opt_ = nullptr;
-  std::vector<tcn::Tensor> params_;
-  tcn::Device device_;
+  Module* model_ = nullptr;
+  Optimizer* opt_ = nullptr;
+  std::vector<Tensor> params_;
+  Device device_;
   LossFn loss_;
   TrainerOptions o_;
   std::unique_ptr<GradAverage> reduce_;
@@ -217,4 +219,4 @@ class Trainer {
   bool interval_started_ = false;
 };
 
-}  // namespace charlm
+}  // namespace tcn::nn

@@ -1,4 +1,4 @@
-#include "trainer.h"
+#include "nn/trainer.h"
 
 #include <unistd.h>
 
@@ -8,9 +8,8 @@
 #include "core/profile.h"
 #include "ops/ops.h"
 
-namespace charlm {
+namespace tcn::nn {
 
-using namespace tcn;
 using Clock = std::chrono::steady_clock;
 
 // ---- the step --------------------------------------------------------------------------------
@@ -22,7 +21,7 @@ Tensor Trainer::compute(const Batch& b) {
   Tensor loss = loss_(b);                                  // forward and loss
   loss.backward();
   loss = reduce_->finish(loss);                            // data-parallel: the whole batch's gradient and loss
-  if (o_.clip > 0) nn::clip_grad_norm_(params_, o_.clip);  // the norm stays on the device
+  if (o_.clip > 0) clip_grad_norm_(params_, o_.clip);  // the norm stays on the device
   watch_->add(loss, steps_ + 1);
   opt_->step(watch_->ok());  // a no-op from the first non-finite loss on, decided on the device
   return loss;
@@ -33,10 +32,11 @@ Tensor Trainer::compute(const Batch& b) {
 // it (captured once, then replayed). Then the loss watch's bookkeeping.
 void Trainer::step(const Batch& batch) {
   if (!interval_started_) interval_start_ = Clock::now(), interval_started_ = true;
-  profiler_->run(steps_, *model_, device_, [&] {
+  {
+    const Profiler::Step profiled(profiler_->profiler_for(steps_, *model_, device_));
     const GraphCapture::Staged in = graph_->stage(batch);
     graph_->run(in.key, [&] { return compute(in.batch); });
-  });
+  }
   // After the last profiled step: the table; the losses read first go to this interval.
   if (profiler_->last(steps_)) profiler_->report([this] { read_losses(), clear_progress(); }, false, say_fn());
   if (graph_->just_settled()) say("cuda graph: " + graph_->status() + "\n");
@@ -52,7 +52,7 @@ void Trainer::step(const Batch& batch) {
 
 // ---- around the steps ------------------------------------------------------------------------
 
-void Trainer::setup(nn::Module& model, nn::Optimizer& opt, Device device, LossFn loss, TrainerOptions options,
+void Trainer::setup(Module& model, Optimizer& opt, Device device, LossFn loss, TrainerOptions options,
                     int64_t steps_done) {
   model_ = &model;
   opt_ = &opt;
@@ -148,17 +148,14 @@ bool GraphCapture::just_settled() {
   return said_ = true;
 }
 
-void StepProfiler::run(int64_t step, const nn::Module& model, Device device, const std::function<void()>& body) {
-  if (steps_ > 0 && step == from_) prof_ = std::make_unique<nn::Profiler>(model, device);
-  if (prof_)
-    prof_->step(body);
-  else
-    body();
+Profiler* StepProfiler::profiler_for(int64_t step, const Module& model, Device device) {
+  if (steps_ > 0 && step == from_) prof_ = std::make_unique<Profiler>(model, device);
+  return prof_.get();
 }
 
 void StepProfiler::report(const std::function<void()>& read_losses, bool run_ended,
                           const std::function<void(const std::string&)>& say) {
-  const nn::ProfileReport& r = prof_->finish();  // recording stops before the losses are read
+  const ProfileReport& r = prof_->finish();  // recording stops before the losses are read
   read_losses();
   if (r.steps < steps_)
     say("\n(profiled " + std::to_string(r.steps) + " of the " + std::to_string(steps_) +
@@ -185,8 +182,8 @@ Tensor GradAverage::finish(Tensor loss) {
   return loss;
 }
 
-nn::LossWatch::Reading LossCheck::read(int64_t steps) {
-  const nn::LossWatch::Reading r = watch_.read();
+LossWatch::Reading LossCheck::read(int64_t steps) {
+  const LossWatch::Reading r = watch_.read();
   if (r.bad_step >= 0) {
     const int64_t back = steps - r.bad_step;  // steps since the bad one: it is among the unread ones
     std::string where;
@@ -229,4 +226,4 @@ StopSignals::~StopSignals() {
 
 int StopSignals::received() { return g_signal; }
 
-}  // namespace charlm
+}  // namespace tcn::nn

@@ -1,0 +1,83 @@
+#include "examples/common/program.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "cuda/devices.h"
+#include "nn/distributed.h"
+
+namespace program {
+
+using namespace tcn;
+
+void print_error(const char* program, std::string msg) {
+  for (char& c : msg)
+    if (c == '\n' || c == '\r') c = ' ';
+  // Across processes, say which one (the Comm exists only once a run made it).
+  const tcn::dist::Comm* comm = tcn::dist::Comm::existing();
+  if (comm && comm->size() > 1)
+    std::fprintf(stderr, "%s: error: [rank %d of %d] %s\n", program, comm->rank(), comm->size(), msg.c_str());
+  else
+    std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
+}
+
+// A seed: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
+const CLI::Validator kSeed(
+    [](std::string& v) -> std::string {
+      uint64_t x = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+        return "must be an integer in [0, 2^64 - 1], got " + v;
+      return "";
+    },
+    "");
+
+Device resolve_device(const std::string& name, const char* program) {
+  if (name == "auto") {
+    if (cuda::is_available() && cuda::verified_on_gpu()) return Device::cuda(0);
+    return Device::cpu();
+  }
+  Device d = parse_device(name);
+  if (d.is_cuda()) {
+    TCN_CHECK(cuda::is_available(), "--device ", name, ": no usable GPU (", cuda::unavailable_reason(), ")");
+    if (cuda::emulated())
+      std::fprintf(stderr, "%s: note: --device %s is the EMULATED device (TCN_CUDA=EMU): the CUDA kernels run "
+                           "on the CPU to check their logic, far slower than the CPU backend; not a GPU\n",
+                   program, name.c_str());
+    else if (!cuda::verified_on_gpu())
+      std::fprintf(stderr, "%s: warning: the CUDA kernels of this build have not been verified on a GPU yet "
+                           "(tests/test_ops.cpp, tests/test_cuda_ops.cpp); results may be wrong\n",
+                   program);
+  }
+  return d;
+}
+
+// An output path must be a regular file or not exist yet, under a directory
+// that exists (or can be made) and is writable; checked before any training.
+void check_output_path(const char* flag, const std::string& path) {
+  TCN_CHECK(!path.empty(), flag, ": empty path");
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0) {
+    TCN_CHECK(S_ISREG(sb.st_mode), flag, " ", path, ": cannot write there (", tcn::file_kind(sb.st_mode),
+              ", not a regular file)");
+    TCN_CHECK(::access(path.c_str(), W_OK) == 0, flag, " ", path, ": cannot write there (", std::strerror(errno), ")");
+    return;
+  }
+  std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  while (::stat(dir.c_str(), &sb) != 0 && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  TCN_CHECK(S_ISDIR(sb.st_mode), flag, " ", path, ": cannot write there (", dir.string(), " is ",
+            tcn::file_kind(sb.st_mode), ")");
+  TCN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot write there (", dir.string(), ": ",
+            std::strerror(errno), ")");
+}
+
+}  // namespace program

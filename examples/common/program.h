@@ -1,0 +1,31 @@
+// What the example programs' command lines share (charlm, wordlm and the task
+// trainers of examples/tasks): how an error is printed, how a seed is checked,
+// which device "auto" means, and whether an output path can be written, all
+// before any work starts.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/device.h"
+
+namespace program {
+
+// "PROGRAM: error: MESSAGE" on stderr as one line, whatever the message holds
+// (under MPI: "[rank R of N]" first).
+void print_error(const char* program, std::string msg);
+
+// A --seed check: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
+extern const CLI::Validator kSeed;
+
+// "auto" -> CUDA when a GPU and CUDA kernels are usable, else CPU; "cpu",
+// "cuda", "cuda:N" as named (an error naming the reason when no GPU is usable,
+// a note on the emulated device).
+tcn::Device resolve_device(const std::string& name, const char* program);
+
+// Throws, naming the flag, unless `path` is a regular file that can be
+// written or does not exist yet under a writable directory (or one that can
+// be made): output paths are checked before any training.
+void check_output_path(const char* flag, const std::string& path);
+
+}  // namespace program
