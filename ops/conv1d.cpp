@@ -161,39 +161,65 @@ void unpack_grads(const Tensor& dwt, const ConvRows& geo, bool need_w, bool need
   if (need_b) copy_(g.db, dwt.narrow(0, 0, 1).narrow(1, geo.Cin, 1).squeeze(0).squeeze(0));
 }
 
+// What the GEMM path's backward keeps from its forward: the padded input rows
+// and the packed weights (the bf16 copies under mixed precision, at half the
+// memory), and how its GEMMs run.
+struct GemmSaved {
+  ConvRows geo;
+  int64_t X;  // the row width of xp and wt
+  Tensor xp, wt;
+  bool bf16, tf32;
+  TensorOptions out_opts;  // of the gradients: x's dtype and device
+};
+
+// The GEMM path's backward: dy [B, L, Cout] into dx, dw and db, each only if
+// asked for, by the same walk over padded rows as the forward.
+ConvGrads conv1d_gemm_backward(const GemmSaved& s, const Tensor& dy, bool need_x, bool need_w, bool need_b) {
+  const ConvRows& geo = s.geo;
+  Tensor dyp = to_padded_rows(dy, 0, geo.Lp, s.bf16 ? DType::BF16 : dy.dtype());
+  // Tap 0 writes rows [0, M) with beta = 0, so only the tail needs zeros.
+  Tensor dxp;
+  if (need_x) {
+    dxp = empty({geo.B, geo.Lp, geo.Cin}, s.out_opts);
+    zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
+  }
+  // The bias gradient is a row of dwt, so a bias gradient computes dwt too.
+  Tensor dwt = need_w || need_b ? empty(s.wt.shape(), s.out_opts) : Tensor();
+  conv1d_backward_rows(geo, s.X, s.xp, s.wt, dyp, dxp, dwt, s.tf32);
+  ConvGrads g;
+  if (need_x) g.dx = dxp.narrow(1, geo.left, geo.L);
+  unpack_grads(dwt, geo, need_w, need_b, g);
+  return g;
+}
+
 // The GEMM path (above): K accumulating GEMMs per pass over padded rows.
 ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
   // Mixed precision (core/autocast.h): the GEMM operands in bfloat16, the
   // output, the bias and the gradients in float32. The bf16 copies are also
-  // what backward keeps, at half the memory. TF32 applies to backward too.
-  const bool bf16 = s.bf16, tf32 = s.tf32;
-  const DType op_dtype = bf16 ? DType::BF16 : x.dtype();  // of the GEMM operands
+  // what backward keeps. TF32 applies to backward too.
+  const DType op_dtype = s.bf16 ? DType::BF16 : x.dtype();  // of the GEMM operands
   const int64_t X = row_width(geo.Cin, b.defined());
   Tensor xp = to_padded_rows(x, geo.left, geo.Lp, op_dtype, X);
   Tensor wt = pack_weights(w, b, X, op_dtype);  // [K, X, Cout]: each tap a GEMM operand
   Tensor yp = empty({geo.B, geo.Lp, geo.Cout}, x.options());
-  conv1d_forward_rows(geo, X, xp, wt, yp, tf32);
-  const TensorOptions out_opts = x.options();
+  conv1d_forward_rows(geo, X, xp, wt, yp, s.tf32);
   return {yp.narrow(1, 0, geo.L),  // the valid rows of each batch; a view
-          [geo, X, xp, wt, bf16, tf32, out_opts](const Tensor& dy, bool need_x, bool need_w, bool need_b) {
-            Tensor dyp = to_padded_rows(dy, 0, geo.Lp, bf16 ? DType::BF16 : dy.dtype());
-            // Tap 0 writes rows [0, M) with beta = 0, so only the tail needs zeros.
-            Tensor dxp;
-            if (need_x) {
-              dxp = empty({geo.B, geo.Lp, geo.Cin}, out_opts);
-              zero_(dxp.view({-1, geo.Cin}).narrow(0, geo.M, geo.B * geo.Lp - geo.M));
-            }
-            // The bias gradient is a row of dwt, so a bias gradient computes dwt too.
-            Tensor dwt = need_w || need_b ? empty(wt.shape(), out_opts) : Tensor();
-            conv1d_backward_rows(geo, X, xp, wt, dyp, dxp, dwt, tf32);
-            ConvGrads g;
-            if (need_x) g.dx = dxp.narrow(1, geo.left, geo.L);
-            unpack_grads(dwt, geo, need_w, need_b, g);
-            return g;
-          }};
+          std::bind_front(conv1d_gemm_backward, GemmSaved{geo, X, xp, wt, s.bf16, s.tf32, x.options()})};
 }
 
 }  // namespace conv1d_paths
+
+namespace {
+
+// conv1d's node on the tape: the path's backward, run on the output's gradient,
+// gives the gradients of the op's inputs (x, weight, bias).
+TensorList conv1d_backward(const conv1d_paths::ConvBackward& path_backward, bool need_x, bool need_w, bool need_b,
+                           const TensorList& grad_outputs) {
+  const conv1d_paths::ConvGrads d = path_backward(grad_outputs[0], need_x, need_w, need_b);
+  return {d.dx, d.dw, d.db};
+}
+
+}  // namespace
 
 Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t dilation, int64_t left_pad) {
   const profile::Op range("conv1d");
@@ -226,10 +252,7 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
   if (autograd::needs_grad({x_in, w, bias})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
     autograd::record("conv1d", {x_in, w, bias}, {out.y},
-                     [backward = out.backward, need_x, need_w, need_b](const TensorList& g) {
-                       ConvGrads d = backward(g[0], need_x, need_w, need_b);
-                       return TensorList{d.dx, d.dw, d.db};
-                     });
+                     std::bind_front(conv1d_backward, out.backward, need_x, need_w, need_b));
   }
   return out.y;
 }

@@ -21,6 +21,35 @@
 
 namespace tcn::conv1d_paths {
 
+// What the cuDNN path's backward keeps from its forward: x and w as cuDNN
+// took them (in the operand dtype, w as [Cout, K, Cin]) and the shape's plan.
+struct CudnnSaved {
+  ConvRows geo;
+  Tensor xc, wk;
+  cuda::CudnnConvPlan plan;  // the algorithms found for this shape, reused here
+  int64_t Lout;              // cuDNN's output rows (it pads geo.left on both sides)
+  DType out_dtype;           // of the gradients: x's
+};
+
+// The cuDNN path's backward: dy [B, L, Cout] into dx, dw and db, each only if asked for.
+ConvGrads conv1d_cudnn_backward(const CudnnSaved& s, const Tensor& dy, bool need_x, bool need_w, bool need_b) {
+  const ConvRows& geo = s.geo;
+  Tensor dyp = to_padded_rows(dy, 0, s.Lout, s.xc.dtype());  // zeros in the rows past L
+  Tensor dx, dw;
+  if (need_x) {
+    dx = empty(s.xc.shape(), s.xc.options());
+    TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_data(s.plan, dx, dyp, s.wk));
+    dx = dx.to(s.out_dtype);
+  }
+  if (need_w) {
+    Tensor dwk = empty(s.wk.shape(), s.wk.options());
+    TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_filter(s.plan, dwk, s.xc, dyp));
+    dw = empty({geo.Cout, geo.Cin, geo.K}, {s.out_dtype, dwk.device()});
+    copy_(dw, dwk.permute({0, 2, 1}));
+  }
+  return ConvGrads{dx, dw, need_b ? sum(dy, {0, 1}) : Tensor()};
+}
+
 // The cuDNN path: x and w converted once to the operand dtype (w to cuDNN's
 // [Cout, K, Cin]); y is cuDNN's output on top of the broadcast bias (float32),
 // or converted from bfloat16 with the bias added (mixed precision).
@@ -44,24 +73,7 @@ ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
     y = yb.to(x.dtype());
     if (b.defined()) add_(y, b);
   }
-  const DType out_dtype = x.dtype();
-  return {y.narrow(1, 0, geo.L),
-          [geo, xc, wk, plan, Lout, op_dtype, out_dtype](const Tensor& dy, bool need_x, bool need_w, bool need_b) {
-            Tensor dyp = to_padded_rows(dy, 0, Lout, op_dtype);  // zeros in the rows past L
-            Tensor dx, dw;
-            if (need_x) {
-              dx = empty(xc.shape(), xc.options());
-              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_data(plan, dx, dyp, wk));
-              dx = dx.to(out_dtype);
-            }
-            if (need_w) {
-              Tensor dwk = empty(wk.shape(), wk.options());
-              TCN_CUDA_OP("conv1d backward", cuda::cudnn_conv_backward_filter(plan, dwk, xc, dyp));
-              dw = empty({geo.Cout, geo.Cin, geo.K}, {out_dtype, dwk.device()});
-              copy_(dw, dwk.permute({0, 2, 1}));
-            }
-            return ConvGrads{dx, dw, need_b ? sum(dy, {0, 1}) : Tensor()};
-          }};
+  return {y.narrow(1, 0, geo.L), std::bind_front(conv1d_cudnn_backward, CudnnSaved{geo, xc, wk, plan, Lout, x.dtype()})};
 }
 
 // Why cuDNN cannot take this conv ("" when it can).

@@ -34,9 +34,10 @@ ConvSettings conv_settings(const Tensor& x);
 struct ConvGrads {
   Tensor dx, dw, db;
 };
+using ConvBackward = std::function<ConvGrads(const Tensor& dy, bool need_x, bool need_w, bool need_b)>;
 struct ConvOut {
   Tensor y;
-  std::function<ConvGrads(const Tensor& dy, bool need_x, bool need_w, bool need_b)> backward;
+  ConvBackward backward;  // a path's named backward with what it saved (std::bind_front)
 };
 
 // x [B, L, C] copied into rows of width X of a zero-padded [B, Lp, X] buffer
