@@ -2,6 +2,7 @@
 // logits [..., V] (any strides on the leading dims), targets int64 [...].
 // Forward keeps one log-sum-exp per row; backward is softmax - onehot, scaled.
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "cuda/kernels.h"
@@ -29,6 +30,69 @@ void check_targets(const Tensor& targets, int64_t N, int64_t V) {
               V, ")");
 }
 
+// What backward keeps: the logits as forward read them ([N, V] on a GPU, any
+// leading strides on the CPU), the targets, one log-sum-exp per row.
+struct CrossEntropySaved {
+  Tensor x, targets, lse;
+  int64_t N, V;
+  Shape shape;  // of the logits
+};
+
+// The CPU forward: each row's log-sum-exp into lse, the mean loss into `loss`.
+// The rows' losses are summed in row order, whatever the thread count.
+void cross_entropy_cpu(const CrossEntropySaved& s, const Tensor& loss) {
+  const int64_t N = s.N, V = s.V;
+  dispatch_float(s.x.dtype(), "cross_entropy", [&]<class T>() {
+    const T* base = s.x.data<T>();
+    const int64_t* tg = s.targets.data<int64_t>();
+    double* l = s.lse.data<double>();
+    std::vector<double> row_loss(N);
+#pragma omp parallel for schedule(static) if (N * V >= (1 << 15))
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = base + row_offset(s.x, r);
+      double m = row[0];
+      for (int64_t v = 1; v < V; ++v) m = std::max<double>(m, row[v]);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - m);
+      l[r] = m + std::log(sum);
+      row_loss[r] = l[r] - static_cast<double>(row[tg[r]]);
+    }
+    double total = 0;
+    for (double v : row_loss) total += v;
+    *loss.data<T>() = static_cast<T>(total / static_cast<double>(N));
+  });
+}
+
+// The CPU backward: dx = (softmax(x) - onehot(target)) * dloss / N.
+Tensor cross_entropy_cpu_backward(const CrossEntropySaved& s, const Tensor& dloss) {
+  const int64_t N = s.N, V = s.V;
+  Tensor dx = empty(s.x.shape(), s.x.options());
+  const double scale = dloss.item() / static_cast<double>(N);
+  dispatch_float(s.x.dtype(), "cross_entropy backward", [&]<class T>() {
+    const T* base = s.x.data<T>();
+    T* out = dx.data<T>();
+    const double* l = s.lse.data<double>();
+    const int64_t* tg = s.targets.data<int64_t>();
+#pragma omp parallel for schedule(static) if (N * V >= (1 << 15))
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = base + row_offset(s.x, r);
+      T* o = out + r * V;
+      for (int64_t v = 0; v < V; ++v) o[v] = static_cast<T>(scale * std::exp(static_cast<double>(row[v]) - l[r]));
+      o[tg[r]] -= static_cast<T>(scale);
+    }
+  });
+  return dx;
+}
+
+// cross_entropy's node on the tape: the logits' gradient (the targets get none).
+TensorList cross_entropy_backward(const CrossEntropySaved& s, const TensorList& grad_outputs) {
+  if (!s.x.device().is_cuda()) return {cross_entropy_cpu_backward(s, grad_outputs[0]), Tensor()};
+  Tensor dx = empty(s.x.shape(), s.x.options());
+  TCN_CUDA_OP("cross_entropy backward",
+              cuda::cross_entropy_backward(dx, grad_outputs[0].contiguous(), s.x, s.lse, s.targets));
+  return {dx.view(s.shape), Tensor()};
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
@@ -45,72 +109,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
             ", got ", targets_in.shape());
   const int64_t V = logits.size(-1), N = numel_of(lead);
   TCN_CHECK(N > 0, "cross_entropy: no positions to score");
-  if (logits.device().is_cuda()) {
-#ifdef TCN_WITH_CUDA
-    Tensor x = logits.detach().contiguous().view({N, V});
-    Tensor targets = targets_in.contiguous().view({N});
-    cuda::check_index_range(cuda::DeviceCheck::CrossEntropyTarget, targets, V);  // raised at the next host wait
-    Tensor lse = empty({N}, {DType::F64, logits.device()});
-    Tensor loss = empty({}, logits.options());
-    cuda::cross_entropy_forward(loss, lse, x, targets);
-    if (autograd::needs_grad({logits}))
-      autograd::record("cross_entropy", {logits, Tensor()}, {loss},
-                       [x, targets, lse, shape = logits.shape()](const TensorList& g) {
-                         Tensor dx = empty(x.shape(), x.options());
-                         cuda::cross_entropy_backward(dx, g[0].contiguous(), x, lse, targets);
-                         return TensorList{dx.view(shape), Tensor()};
-                       });
-    return loss;
-#else
-    no_cuda_kernel("cross_entropy");
-#endif
-  }
-  Tensor x = logits.stride(-1) == 1 ? logits.detach() : logits.detach().contiguous();
-  Tensor targets = targets_in.contiguous();
-  check_targets(targets, N, V);
-  const int64_t* tg = targets.data<int64_t>();
-
-  Tensor lse = empty({N}, {DType::F64, Device::cpu()});
+  CrossEntropySaved saved{.N = N, .V = V, .shape = logits.shape()};
+  saved.lse = empty({N}, {DType::F64, logits.device()});
   Tensor loss = empty({}, logits.options());
-  dispatch_float(x.dtype(), "cross_entropy", [&]<class T>() {
-    const T* base = x.data<T>();
-    double* l = lse.data<double>();
-    std::vector<double> row_loss(N);
-#pragma omp parallel for schedule(static) if (N * V >= (1 << 15))
-    for (int64_t r = 0; r < N; ++r) {
-      const T* row = base + row_offset(x, r);
-      double m = row[0];
-      for (int64_t v = 1; v < V; ++v) m = std::max<double>(m, row[v]);
-      double s = 0;
-      for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]) - m);
-      l[r] = m + std::log(s);
-      row_loss[r] = l[r] - static_cast<double>(row[tg[r]]);
-    }
-    double total = 0;  // in row order, whatever the thread count
-    for (double v : row_loss) total += v;
-    *loss.data<T>() = static_cast<T>(total / static_cast<double>(N));
-  });
-
+  if (logits.device().is_cuda()) {
+    saved.x = logits.detach().contiguous().view({N, V});
+    saved.targets = targets_in.contiguous().view({N});
+    // A target out of range is raised at the next host wait.
+    TCN_CUDA_OP("cross_entropy", cuda::check_index_range(cuda::DeviceCheck::CrossEntropyTarget, saved.targets, V);
+                cuda::cross_entropy_forward(loss, saved.lse, saved.x, saved.targets));
+  } else {
+    saved.x = logits.stride(-1) == 1 ? logits.detach() : logits.detach().contiguous();
+    saved.targets = targets_in.contiguous();
+    check_targets(saved.targets, N, V);
+    cross_entropy_cpu(saved, loss);
+  }
   if (autograd::needs_grad({logits}))
-    autograd::record("cross_entropy", {logits, Tensor()}, {loss}, [x, targets, lse, N, V](const TensorList& g) {
-      Shape shape = x.shape();
-      Tensor dx = empty(shape, x.options());
-      const double scale = g[0].item() / static_cast<double>(N);
-      dispatch_float(x.dtype(), "cross_entropy backward", [&]<class T>() {
-        const T* base = x.data<T>();
-        T* out = dx.data<T>();
-        const double* l = lse.data<double>();
-        const int64_t* tg = targets.data<int64_t>();
-#pragma omp parallel for schedule(static) if (N * V >= (1 << 15))
-        for (int64_t r = 0; r < N; ++r) {
-          const T* row = base + row_offset(x, r);
-          T* o = out + r * V;
-          for (int64_t v = 0; v < V; ++v) o[v] = static_cast<T>(scale * std::exp(static_cast<double>(row[v]) - l[r]));
-          o[tg[r]] -= static_cast<T>(scale);
-        }
-      });
-      return TensorList{dx, Tensor()};
-    });
+    autograd::record("cross_entropy", {logits, Tensor()}, {loss}, std::bind_front(cross_entropy_backward, saved));
   return loss;
 }
 

@@ -13,6 +13,7 @@
 // partial sums); on a GPU they are ops (sums over the rows) on xhat, which the
 // backward kernel writes.
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include <omp.h>
@@ -110,6 +111,40 @@ void layer_norm_backward_cpu(T* dx, double* dgamma, double* dbeta, const T* dy, 
     }
 }
 
+// What backward keeps: the normalised input's source x, gamma, each row's mean
+// and 1/std, and which gradients were asked for.
+struct LayerNormSaved {
+  Tensor x, gamma, mean, rstd;
+  bool need_x, need_gamma, need_beta;
+  int64_t R, C;
+};
+
+// layer_norm's node on the tape: dy into the gradients of x, gamma and beta.
+// On the CPU one pass computes all three; on a GPU one kernel gives dx and the
+// normalised input, and the parameters' gradients are sums over the rows.
+TensorList layer_norm_backward(const LayerNormSaved& s, const TensorList& grad_outputs) {
+  const Tensor& x = s.x;
+  const Tensor dy = grad_outputs[0].contiguous();
+  Tensor dx = s.need_x ? empty(x.shape(), x.options()) : Tensor();
+  if (!x.device().is_cuda()) {
+    Tensor dg = s.need_gamma ? zeros({s.C}, {DType::F64}) : Tensor();
+    Tensor db = s.need_beta ? zeros({s.C}, {DType::F64}) : Tensor();
+    dispatch_float(x.dtype(), "layer_norm backward", [&]<class T>() {
+      layer_norm_backward_cpu<T>(s.need_x ? dx.data<T>() : nullptr, s.need_gamma ? dg.data<double>() : nullptr,
+                                 s.need_beta ? db.data<double>() : nullptr, dy.data<T>(), x.data<T>(),
+                                 s.gamma.defined() ? s.gamma.data<T>() : nullptr, s.mean.data<double>(),
+                                 s.rstd.data<double>(), s.R, s.C);
+    });
+    return {dx, s.need_gamma ? dg.to(x.dtype()) : Tensor(), s.need_beta ? db.to(x.dtype()) : Tensor()};
+  }
+  Tensor xhat = s.need_gamma ? empty(x.shape(), x.options()) : Tensor();
+  if (s.need_x || s.need_gamma)
+    TCN_CUDA_OP("layer_norm backward", cuda::layer_norm_backward(dx, xhat, dy, x, s.gamma, s.mean, s.rstd));
+  const Tensor dgamma = s.need_gamma ? sum(mul(dy, xhat).reshape({s.R, s.C}), {0}) : Tensor();
+  const Tensor dbeta = s.need_beta ? sum(dy.reshape({s.R, s.C}), {0}) : Tensor();
+  return {dx, dgamma, dbeta};
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_in, double eps) {
@@ -142,33 +177,11 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta
     });
   }
   if (autograd::needs_grad({x_in, gamma_in, beta_in})) {
-    const bool need_x = x_in.requires_grad(), need_gamma = gamma_in.defined() && gamma_in.requires_grad();
-    const bool need_beta = beta_in.defined() && beta_in.requires_grad();
-    autograd::record("layer_norm", {x_in, gamma_in, beta_in}, {y},
-                     [x, gamma, mean, rstd, need_x, need_gamma, need_beta, R, C](const TensorList& g) {
-                       const Tensor dy = g[0].contiguous();
-                       Tensor dx = need_x ? empty(x.shape(), x.options()) : Tensor();
-                       if (!x.device().is_cuda()) {  // one pass: dx and the parameters' gradients together
-                         Tensor dg = need_gamma ? zeros({C}, {DType::F64}) : Tensor();
-                         Tensor db = need_beta ? zeros({C}, {DType::F64}) : Tensor();
-                         dispatch_float(x.dtype(), "layer_norm backward", [&]<class T>() {
-                           layer_norm_backward_cpu<T>(need_x ? dx.data<T>() : nullptr,
-                                                      need_gamma ? dg.data<double>() : nullptr,
-                                                      need_beta ? db.data<double>() : nullptr, dy.data<T>(),
-                                                      x.data<T>(), gamma.defined() ? gamma.data<T>() : nullptr,
-                                                      mean.data<double>(), rstd.data<double>(), R, C);
-                         });
-                         return TensorList{dx, need_gamma ? dg.to(x.dtype()) : Tensor(),
-                                           need_beta ? db.to(x.dtype()) : Tensor()};
-                       }
-                       Tensor xhat = need_gamma ? empty(x.shape(), x.options()) : Tensor();
-                       if (need_x || need_gamma)
-                         TCN_CUDA_OP("layer_norm backward", cuda::layer_norm_backward(dx, xhat, dy, x, gamma, mean, rstd));
-                       // The parameters' gradients: sums over the rows.
-                       const Tensor dgamma = need_gamma ? sum(mul(dy, xhat).reshape({R, C}), {0}) : Tensor();
-                       const Tensor dbeta = need_beta ? sum(dy.reshape({R, C}), {0}) : Tensor();
-                       return TensorList{dx, dgamma, dbeta};
-                     });
+    const LayerNormSaved saved{.x = x, .gamma = gamma, .mean = mean, .rstd = rstd,
+                               .need_x = x_in.requires_grad(),
+                               .need_gamma = gamma_in.defined() && gamma_in.requires_grad(),
+                               .need_beta = beta_in.defined() && beta_in.requires_grad(), .R = R, .C = C};
+    autograd::record("layer_norm", {x_in, gamma_in, beta_in}, {y}, std::bind_front(layer_norm_backward, saved));
   }
   return y;
 }

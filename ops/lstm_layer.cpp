@@ -13,6 +13,7 @@
 // lstm_cell (composed in a loop) is this op's test oracle.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -186,6 +187,58 @@ void lstm_backward_cuda(const Tensor& act, const Tensor& whh, const Tensor& whh_
 }
 #endif
 
+// What the fused layer's backward keeps: the gate activations, W_hh (and its
+// bf16 copy under mixed precision), the initial state, every step's h and c.
+struct LstmSaved {
+  Tensor act, whh, whh_b, h0, c0, hs, cs;
+  bool need_w, tf32;
+};
+
+// lstm_layer's node on the tape: the gradients of (xp, W_hh, h0, c0) from those
+// of (hs, hT, cT). The time loop runs backward once (dG, the gates' gradients,
+// is xp's); dW_hh is then one GEMM over all steps.
+TensorList lstm_layer_backward(const LstmSaved& s, const TensorList& grad_outputs) {
+  const Tensor& act = s.act;
+  const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
+  Tensor dout = grad_outputs[0].contiguous();
+  Tensor dh = clone(grad_outputs[1]), dc = clone(grad_outputs[2]);
+  Tensor dG = empty(act.shape(), act.options());
+  if (act.device().is_cuda()) {
+    TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, s.whh, s.whh_b, s.c0, s.cs, dout, dG, dh, dc, s.tf32));
+  } else {
+    dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
+      lstm_backward_cpu<T>(act.data<T>(), s.whh.data<T>(), s.whh_b.defined() ? s.whh_b.data<bfloat16>() : nullptr,
+                           s.c0.data<T>(), s.cs.data<T>(), dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(), B,
+                           Tn, H);
+    });
+  }
+  Tensor dW;
+  if (s.need_w) {  // dW_hh = dG^T @ H_prev, H_prev = [h0, h_0 .. h_{T-2}] per batch
+    Tensor h_prev = cat({s.h0.unsqueeze(1), s.hs.narrow(1, 0, Tn - 1)}, 1);
+    dW = mm(dG.view({B * Tn, 4 * H}).t(), h_prev.view({B * Tn, H}));
+  }
+  return {dG, dW, dh, dc};
+}
+
+// What cuDNN's LSTM backward needs: its reserve space (in `saved`), the inputs and the output.
+struct LstmCudnnSaved {
+  cuda::CudnnLstmSaved saved;
+  Tensor x, h0, c0, y, wih, whh;
+};
+
+// lstm_layer_cudnn's node on the tape: cuDNN's backward data and weights passes.
+TensorList lstm_layer_cudnn_backward(const LstmCudnnSaved& s, const TensorList& grad_outputs) {
+  const TensorOptions o = s.x.options();
+  Tensor dx = empty(s.x.shape(), o), dh0 = empty(s.h0.shape(), o), dc0 = empty(s.c0.shape(), o);
+  Tensor dwih = empty(s.wih.shape(), o), dwhh = empty(s.whh.shape(), o);
+  Tensor dbih = empty({s.wih.size(0)}, o), dbhh = empty({s.wih.size(0)}, o);
+  TCN_CUDA_OP("lstm_layer_cudnn backward",
+              cuda::cudnn_lstm_backward(dx, dh0, dc0, dwih, dwhh, dbih, dbhh, s.saved, s.x, s.h0, s.c0, s.y,
+                                        grad_outputs[0].contiguous(), grad_outputs[1].contiguous(),
+                                        grad_outputs[2].contiguous()));
+  return {dx, dwih, dwhh, dbih, dbhh, dh0, dc0};
+}
+
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor& w_hh, const Tensor& h0_in,
@@ -226,32 +279,12 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   Tensor hT = hs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
   Tensor cT = cs.narrow(1, Tn - 1, 1).squeeze(1).contiguous();
 
-  if (autograd::needs_grad({xp_in, w_hh, h0_in, c0_in})) {
-    const bool need_w = w_hh.requires_grad();
+  if (autograd::needs_grad({xp_in, w_hh, h0_in, c0_in}))
     autograd::record(op, {xp_in, w_hh, h0_in, c0_in}, {hs, hT, cT},
-                     [act, whh, whh_b, h0, c0, hs_saved = hs.detach(), cs, need_w, tf32](const TensorList& g) {
-                       const int64_t B = act.size(0), Tn = act.size(1), H = act.size(2) / 4;
-                       Tensor dout = g[0].contiguous();
-                       Tensor dh = clone(g[1]), dc = clone(g[2]);
-                       Tensor dG = empty(act.shape(), act.options());
-                       if (act.device().is_cuda()) {
-                         TCN_CUDA_OP("lstm_layer backward", lstm_backward_cuda(act, whh, whh_b, c0, cs, dout, dG, dh, dc, tf32));
-                       } else {
-                         dispatch_float(act.dtype(), "lstm_layer backward", [&]<class T>() {
-                           lstm_backward_cpu<T>(act.data<T>(), whh.data<T>(),
-                                                whh_b.defined() ? whh_b.data<bfloat16>() : nullptr, c0.data<T>(),
-                                                cs.data<T>(), dout.data<T>(), dG.data<T>(), dh.data<T>(), dc.data<T>(),
-                                                B, Tn, H);
-                         });
-                       }
-                       Tensor dW;
-                       if (need_w) {  // dW_hh = dG^T @ H_prev, H_prev = [h0, h_0 .. h_{T-2}] per batch
-                         Tensor h_prev = cat({h0.unsqueeze(1), hs_saved.narrow(1, 0, Tn - 1)}, 1);
-                         dW = mm(dG.view({B * Tn, 4 * H}).t(), h_prev.view({B * Tn, H}));
-                       }
-                       return TensorList{dG, dW, dh, dc};
-                     });
-  }
+                     std::bind_front(lstm_layer_backward,
+                                     LstmSaved{.act = act, .whh = whh, .whh_b = whh_b, .h0 = h0, .c0 = c0,
+                                               .hs = hs.detach(), .cs = cs, .need_w = w_hh.requires_grad(),
+                                               .tf32 = tf32}));
   return {hs, hT, cT};
 }
 
@@ -288,17 +321,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_cudnn(const Tensor& x_in, const Te
   TCN_CUDA_OP(op, saved = cuda::cudnn_lstm_forward(y, hT, cT, x, wih, whh, bih, bhh, h0, c0, training, autocast_tf32()));
   if (training) {
     autograd::record(op, all, {y, hT, cT},
-                     [saved, x, h0, c0, y_saved = y.detach(), wih, whh](const TensorList& g) {
-                       const TensorOptions o = x.options();
-                       Tensor dx = empty(x.shape(), o), dh0 = empty(h0.shape(), o), dc0 = empty(c0.shape(), o);
-                       Tensor dwih = empty(wih.shape(), o), dwhh = empty(whh.shape(), o);
-                       Tensor dbih = empty({wih.size(0)}, o), dbhh = empty({wih.size(0)}, o);
-                       TCN_CUDA_OP("lstm_layer_cudnn backward",
-                                   cuda::cudnn_lstm_backward(dx, dh0, dc0, dwih, dwhh, dbih, dbhh, saved, x, h0, c0,
-                                                             y_saved, g[0].contiguous(), g[1].contiguous(),
-                                                             g[2].contiguous()));
-                       return TensorList{dx, dwih, dwhh, dbih, dbhh, dh0, dc0};
-                     });
+                     std::bind_front(lstm_layer_cudnn_backward,
+                                     LstmCudnnSaved{saved, x, h0, c0, y.detach(), wih, whh}));
   }
   return {y, hT, cT};
 }
