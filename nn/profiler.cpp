@@ -90,6 +90,61 @@ std::vector<bool> in_steps(const profile::Recording& rec) {
 
 }  // namespace
 
+namespace {
+
+// Each range's own time and launches: its span less its children's.
+struct SelfTimes {
+  std::vector<double> host, dev;
+  std::vector<int64_t> launches;
+};
+SelfTimes self_times(const profile::Recording& rec) {
+  const size_t n = rec.ranges.size();
+  SelfTimes t{std::vector<double>(n), std::vector<double>(n), std::vector<int64_t>(n)};
+  for (size_t i = 0; i < n; ++i) {
+    t.host[i] += host_ms(rec.ranges[i]);
+    t.dev[i] += dev_ms(rec.ranges[i]);
+    t.launches[i] += rec.ranges[i].launches;
+    if (const int32_t p = rec.ranges[i].parent; p >= 0) {
+      t.host[static_cast<size_t>(p)] -= host_ms(rec.ranges[i]);
+      t.dev[static_cast<size_t>(p)] -= dev_ms(rec.ranges[i]);
+      t.launches[static_cast<size_t>(p)] -= rec.ranges[i].launches;
+    }
+  }
+  return t;
+}
+
+using RowKey = std::tuple<std::string, std::string, int>;  // op, module, phase
+
+// The rows per step, slowest first, into the report.
+void add_rows_per_step(std::map<RowKey, ProfileRow>& rows, double steps, ProfileReport& rep) {
+  for (auto& [key, row] : rows) {
+    row.calls /= steps;
+    row.ms /= steps;
+    row.host_ms /= steps;
+    row.flops /= steps;
+    row.bytes /= steps;
+    row.launches /= steps;
+    rep.ops.push_back(row);
+  }
+  std::stable_sort(rep.ops.begin(), rep.ops.end(), [](const ProfileRow& a, const ProfileRow& b) { return a.ms > b.ms; });
+}
+
+// Modules with their sub-modules, per step: each module's own time (forward,
+// backward, other) added to it and to every module above it; then "-", the
+// time outside every module.
+void add_module_rows(const profile::Recording& rec, const std::vector<std::array<double, 3>>& module_ms,
+                     const std::array<double, 3>& outside_ms, double steps, ProfileReport& rep) {
+  std::vector<std::array<double, 3>> incl(rec.modules.size(), {0, 0, 0});
+  for (size_t m = 0; m < rec.modules.size(); ++m)
+    for (int32_t a = static_cast<int32_t>(m); a >= 0; a = rec.module_parents[static_cast<size_t>(a)])
+      for (size_t c = 0; c < 3; ++c) incl[static_cast<size_t>(a)][c] += module_ms[m][c];
+  for (size_t m = 0; m < rec.modules.size(); ++m)
+    rep.modules.push_back({rec.modules[m], incl[m][0] / steps, incl[m][1] / steps, incl[m][2] / steps});
+  rep.modules.push_back({"-", outside_ms[0] / steps, outside_ms[1] / steps, outside_ms[2] / steps});
+}
+
+}  // namespace
+
 ProfileReport make_report(const profile::Recording& rec) {
   ProfileReport rep;
   rep.device = rec.device.str();
@@ -97,37 +152,24 @@ ProfileReport make_report(const profile::Recording& rec) {
   rep.emulated = rec.emulated;
   rep.launches_counted = rec.launches_counted;
   rep.peak_bytes = rec.peak_bytes;
-  const size_t n = rec.ranges.size();
-  // A range's own time: its span less its children's.
-  std::vector<double> host_self(n), dev_self(n);
-  std::vector<int64_t> launches_self(n);
-  for (size_t i = 0; i < n; ++i) {
-    host_self[i] += host_ms(rec.ranges[i]);
-    dev_self[i] += dev_ms(rec.ranges[i]);
-    launches_self[i] += rec.ranges[i].launches;
-    if (const int32_t p = rec.ranges[i].parent; p >= 0) {
-      host_self[static_cast<size_t>(p)] -= host_ms(rec.ranges[i]);
-      dev_self[static_cast<size_t>(p)] -= dev_ms(rec.ranges[i]);
-      launches_self[static_cast<size_t>(p)] -= rec.ranges[i].launches;
-    }
-  }
+  const SelfTimes self = self_times(rec);
   const std::vector<bool> in = in_steps(rec);
-  std::map<std::tuple<std::string, std::string, int>, ProfileRow> rows;
+  std::map<RowKey, ProfileRow> rows;
   // Per module id: its own ms by phase (forward, backward, other).
   std::vector<std::array<double, 3>> module_ms(rec.modules.size(), {0, 0, 0});
   std::array<double, 3> outside_ms{0, 0, 0};
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < rec.ranges.size(); ++i) {
     if (!in[i]) continue;
     const Range& r = rec.ranges[i];
-    if (r.kind == Kind::Step) {
+    // A step's own time (outside its phases and ops) is a row of its own.
+    const bool step = r.kind == Kind::Step;
+    if (step) {
       ++rep.steps;
       rep.step_ms += host_ms(r);
       rep.step_device_ms += dev_ms(r);
       rep.step_launches += static_cast<double>(r.launches);
     }
-    const double ms = rec.device_timed ? dev_self[i] : host_self[i];
-    // A step's own time (outside its phases and ops) is a row of its own.
-    const bool step = r.kind == Kind::Step;
+    const double ms = rec.device_timed ? self.dev[i] : self.host[i];
     const std::string op = r.kind == Kind::Op ? rec.names[static_cast<size_t>(r.name)]
                            : step             ? "(step itself)"
                                               : "(between ops)";
@@ -139,38 +181,21 @@ ProfileReport make_report(const profile::Recording& rec) {
     row.phase = phase;
     row.calls += r.kind == Kind::Op ? 1 : 0;
     row.ms += ms;
-    row.host_ms += host_self[i];
+    row.host_ms += self.host[i];
     row.flops += r.flops;
     row.bytes += r.bytes;
-    row.launches += static_cast<double>(launches_self[i]);
+    row.launches += static_cast<double>(self.launches[i]);
     rep.phase_ms[static_cast<int>(phase)] += ms;
     const int col = phase == profile::Phase::Forward ? 0 : phase == profile::Phase::Backward ? 1 : 2;
     (r.module >= 0 && !step ? module_ms[static_cast<size_t>(r.module)] : outside_ms)[static_cast<size_t>(col)] += ms;
   }
   const double steps = rep.steps > 0 ? static_cast<double>(rep.steps) : 1.0;
-  for (auto& [key, row] : rows) {
-    row.calls /= steps;
-    row.ms /= steps;
-    row.host_ms /= steps;
-    row.flops /= steps;
-    row.bytes /= steps;
-    row.launches /= steps;
-    rep.ops.push_back(row);
-  }
-  std::stable_sort(rep.ops.begin(), rep.ops.end(), [](const ProfileRow& a, const ProfileRow& b) { return a.ms > b.ms; });
+  add_rows_per_step(rows, steps, rep);
   rep.step_ms /= steps;
   rep.step_device_ms /= steps;
   rep.step_launches /= steps;
   for (double& p : rep.phase_ms) p /= steps;
-  // Modules with their sub-modules: each module's own time added to it and to
-  // every module above it.
-  std::vector<std::array<double, 3>> incl(rec.modules.size(), {0, 0, 0});
-  for (size_t m = 0; m < rec.modules.size(); ++m)
-    for (int32_t a = static_cast<int32_t>(m); a >= 0; a = rec.module_parents[static_cast<size_t>(a)])
-      for (size_t c = 0; c < 3; ++c) incl[static_cast<size_t>(a)][c] += module_ms[m][c];
-  for (size_t m = 0; m < rec.modules.size(); ++m)
-    rep.modules.push_back({rec.modules[m], incl[m][0] / steps, incl[m][1] / steps, incl[m][2] / steps});
-  rep.modules.push_back({"-", outside_ms[0] / steps, outside_ms[1] / steps, outside_ms[2] / steps});
+  add_module_rows(rec, module_ms, outside_ms, steps, rep);
   return rep;
 }
 
