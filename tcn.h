@@ -26,7 +26,7 @@
 #include "core/threads.h"
 
 #include "autograd/tape.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "ops/ops.h"
 
 #include "nn/checkpoint.h"

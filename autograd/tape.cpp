@@ -4,7 +4,6 @@
 
 #include "core/autocast.h"
 #include "core/profile.h"
-#include "ops/ops.h"
 
 namespace tcn::autograd {
 
@@ -47,11 +46,11 @@ void accumulate(AutogradMeta& meta, Tensor g) {
   if (!meta.grad.defined()) {
     bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
                      g.is_contiguous() && g.offset() == 0;
-    meta.grad = (meta.is_leaf && !exclusive) ? clone(g) : std::move(g);
+    meta.grad = (meta.is_leaf && !exclusive) ? gradient_copy(g) : std::move(g);
   } else if (meta.is_leaf) {
-    add_(meta.grad, g);
+    gradient_add_(meta.grad, g);
   } else {
-    meta.grad = add(meta.grad, g);
+    meta.grad = gradient_sum(meta.grad, g);
   }
 }
 
@@ -237,3 +236,11 @@ void backward(const Tensor& root, const Tensor& grad) {
 }
 
 }  // namespace tcn::autograd
+
+namespace tcn {
+
+// The Tensor method that runs the sweep (declared in core/tensor.h).
+void Tensor::backward() const { autograd::backward(*this); }
+
+}  // namespace tcn
+

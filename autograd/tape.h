@@ -72,6 +72,14 @@ void backward(const Tensor& root, const Tensor& grad = Tensor());
 // (nn/distributed.h). An empty hook removes it.
 void set_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
 
+// The arithmetic the sweep sums gradients with. The ops record onto the tape,
+// so they stand above it (docs/design.md, the layers); these are ops, declared
+// here for the sweep and defined with the other ops (ops/copy.cpp,
+// ops/inplace.cpp, ops/binary.cpp).
+Tensor gradient_copy(const Tensor& g);                      // clone(g): contiguous storage of its own
+void gradient_add_(const Tensor& into, const Tensor& g);   // add_(into, g), in place
+Tensor gradient_sum(const Tensor& a, const Tensor& b);     // add(a, b), a new tensor
+
 // Drops every recorded node without running backward (e.g. after a forward
 // pass whose result is not differentiated).
 void clear_tape();

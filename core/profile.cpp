@@ -13,7 +13,7 @@
 #include "core/allocator.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 namespace tcn::profile {
 

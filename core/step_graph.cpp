@@ -1,8 +1,7 @@
 #include "core/step_graph.h"
 
-#include "autograd/tape.h"
 #include "core/profile.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "ops/ops.h"
 
 namespace tcn {

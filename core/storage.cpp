@@ -4,7 +4,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/error.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 namespace tcn {
 

@@ -1,10 +1,12 @@
 #include "core/tensor.h"
 
+// The tensor itself: shapes, strides, views, leaves and their gradients, the
+// factories. What needs an op is defined beside the op: Tensor::set_grad and
+// Tensor::backward in autograd/tape.cpp, full() in ops/inplace.cpp (fill_),
+// the view and copy methods in ops/view.cpp and ops/copy.cpp.
+
 #include <cstring>
 
-#include "autograd/tape.h"
-#include "cuda/devices.h"
-#include "ops/ops.h"
 
 namespace tcn {
 
@@ -66,18 +68,6 @@ Tensor Tensor::grad() const {
   return impl().autograd->grad;
 }
 
-void Tensor::set_grad(const Tensor& g) const {
-  TCN_CHECK(requires_grad() && is_leaf(), "set_grad(): tensor is not a leaf that requires grad");
-  if (!g.defined()) {
-    impl().autograd->grad = Tensor();
-    return;
-  }
-  TCN_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), "set_grad(): gradient ", g.dtype(),
-            " ", g.shape(), " on ", g.device(), " does not match the tensor, ", dtype(), " ", shape(), " on ", device());
-  autograd::NoGrad ng;
-  impl().autograd->grad = clone(g.detach());  // a leaf's gradient is contiguous storage it owns alone
-}
-
 void Tensor::adopt_grad(const Tensor& g) const {
   TCN_CHECK(requires_grad() && is_leaf(), "adopt_grad(): tensor is not a leaf that requires grad");
   TCN_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device() && g.is_contiguous(),
@@ -91,8 +81,6 @@ void Tensor::zero_grad() const {
 }
 
 Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
-
-void Tensor::backward() const { autograd::backward(*this); }
 
 // ---- factories --------------------------------------------------------------
 
@@ -116,11 +104,6 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
   return Tensor(std::move(impl));
 }
 
-Tensor full(const Shape& shape, double value, TensorOptions opts) {
-  Tensor t = empty(shape, opts);
-  fill_(t, value);
-  return t;
-}
 Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
 Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }

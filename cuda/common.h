@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-// tcn's call-site counters (cuda::call_site_counters() in cuda/devices.h adds
+// tcn's call-site counters (cuda::call_site_counters() in core/devices.h adds
 // them up): each function notes one event where tcn asks it of CUDA. Inside a
 // stream capture (Graph), launches and GEMMs are tallied for the graph, which
 // adds them per replay.
@@ -42,7 +42,7 @@ void graph_launch(int64_t kernels, int64_t gemms);
 // the emulator's launcher otherwise (cuda/emu/emu.h). `kernel` may be a
 // template with some arguments given (map_kernel<T, K>); the rest are deduced
 // from args, as with <<<>>>. Check cudaGetLastError() after it, as after <<<>>>.
-// Each launch is also counted (cuda::call_site_counters(), cuda/devices.h).
+// Each launch is also counted (cuda::call_site_counters(), core/devices.h).
 #if defined(__CUDACC__)
 #define TCN_LAUNCH(grid, block, smem, stream, ...) \
   ::tcn::cuda::site::kernel_launch(), __VA_ARGS__<<<(grid), (block), (smem), (stream)>>>

@@ -4,7 +4,7 @@
 
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 namespace tcn::cuda {
 

@@ -16,8 +16,8 @@
 
 #include "cuda/context.cuh"
 #include "cuda/cudnn.h"
-#include "cuda/devices.h"
-#include "ops/ops.h"
+#include "core/devices.h"
+#include "core/tensor.h"
 #include "cuda/cudnn_lib.cuh"
 
 #if TCN_WITH_CUDNN
@@ -129,7 +129,8 @@ ConvPlan& conv_plan(const ConvKey& k, const Tensor& x, const Tensor& w) {
                                                                 &found, perf, ws.raw_data(), kWorkspaceCap));
     p->fwd = pick<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(perf, found, k, where, "forward");
   }
-  zero_(y);
+  CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, static_cast<size_t>(y.numel()) * dtype_size(y.dtype()),
+                             stream(k.device)));
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CUDNN_CHECK(where, a.cudnnFindConvolutionBackwardDataAlgorithmEx(

@@ -1,6 +1,6 @@
 // CUDA device runtime: device discovery, the caching allocator over cudaMalloc
 // (core/caching_allocator.h), and host/device copies.
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 #include <atomic>
 #include <memory>

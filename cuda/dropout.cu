@@ -7,7 +7,7 @@
 #include "cuda/context.cuh"
 #include "cuda/device.cuh"
 #include "cuda/kernels.h"
-#include "ops/functors.h"
+#include "core/math/functors.h"
 
 namespace tcn::cuda {
 

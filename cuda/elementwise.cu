@@ -1,6 +1,6 @@
 // Elementwise kernels: one strided map kernel for up to four operands (the
 // output first), each with its own element strides (0 on broadcast dims), and
-// the functors of ops/functors.h for the math, shared with the CPU.
+// the functors of core/math/functors.h for the math, shared with the CPU.
 //
 // Before a launch the geometry is simplified: size-1 dims are dropped and
 // neighbouring dims merged wherever every operand steps through them as one,
@@ -14,8 +14,8 @@
 
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
-#include "ops/cpu_loops.h"
-#include "ops/functors.h"
+#include "core/math/cpu_loops.h"
+#include "core/math/functors.h"
 
 namespace tcn::cuda {
 

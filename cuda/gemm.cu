@@ -5,7 +5,7 @@
 #include "core/profile.h"
 #include "cuda/context.cuh"
 #include "cuda/kernels.h"
-#include "ops/gemm_layout.h"
+#include "core/math/gemm_layout.h"
 
 namespace tcn::cuda {
 

@@ -1,7 +1,7 @@
-// cuda::Graph (cuda/devices.h): stream capture of one device's stream into a
+// cuda::Graph (core/devices.h): stream capture of one device's stream into a
 // CUDA graph, and its launch.
 #include "cuda/context.cuh"
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 namespace tcn::cuda {
 

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "ops/op_lists.h"
+#include "core/math/op_lists.h"
 
 namespace tcn::cuda {
 
-// One value per functor of ops/functors.h, in the order of ops/op_lists.h.
+// One value per functor of core/math/functors.h, in the order of core/math/op_lists.h.
 #define TCN_OP_ENUM_VALUE(Name) Name,
 enum class UnaryOp { TCN_UNARY_OPS(TCN_OP_ENUM_VALUE) };
 enum class BinaryOp { TCN_BINARY_OPS(TCN_OP_ENUM_VALUE) };
@@ -69,7 +69,7 @@ void gemm(DType dtype, bool tf32, int device, bool trans_a, bool trans_b, int64_
           int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc, GemmBatch batch = {});
 // Checks on the device that every element of idx (int64, contiguous) is in
 // [0, bound), without a host synchronisation: the first one that is not is
-// recorded for cuda::raise_device_errors() (cuda/devices.h), which the host
+// recorded for cuda::raise_device_errors() (core/devices.h), which the host
 // runs whenever it next waits for the device. `what` names the check in the
 // error. The kernels below skip out-of-range indices, so nothing reads or
 // writes out of bounds meanwhile.

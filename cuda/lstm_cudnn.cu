@@ -14,8 +14,8 @@
 
 #include "cuda/context.cuh"
 #include "cuda/cudnn.h"
-#include "cuda/devices.h"
-#include "ops/ops.h"
+#include "core/devices.h"
+#include "core/tensor.h"
 #include "cuda/cudnn_lib.cuh"
 
 #if TCN_WITH_CUDNN

@@ -10,7 +10,7 @@
 #include "cuda/context.cuh"
 #include "cuda/device.cuh"
 #include "cuda/kernels.h"
-#include "ops/ops.h"
+#include "core/tensor.h"
 
 namespace tcn::cuda {
 

@@ -7,7 +7,7 @@
 #include "cuda/device.cuh"
 #include "cuda/kernels.h"
 #include "cuda/thrust.cuh"
-#include "ops/ops.h"
+#include "core/tensor.h"
 
 namespace tcn::cuda {
 
@@ -130,7 +130,9 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   }
   // Large tables: a stable sort of the indices (Thrust; it synchronises), then
   // one pass over the runs.
-  Tensor keys = clone(idx);
+  Tensor keys = empty({n}, {DType::I64, out.device()});  // the indices (contiguous: ops/rows.cpp), sorted in place
+  CUDA_CHECK(cudaMemcpyAsync(keys.raw_data(), idx.raw_data(), static_cast<size_t>(n) * sizeof(int64_t),
+                             cudaMemcpyDeviceToDevice, s));
   Tensor pos = empty({n}, {DType::I64, out.device()});
   // Raw pointers with an explicit policy (no thrust::device_ptr, whose
   // references Thrust's host backend builds from a null system pointer).

@@ -22,7 +22,7 @@
 
 namespace tcn::cuda {
 
-// Either way, one host wait per algorithm (counted: cuda/devices.h).
+// Either way, one host wait per algorithm (counted: core/devices.h).
 #if defined(__CUDACC__)
 inline auto thrust_on(cudaStream_t s) {
   site::host_sync();  // the algorithm's own wait at its end

@@ -1,7 +1,7 @@
 // The profiler's clock on the device: events recorded on the stream between
-// ops (cuda/devices.h EventTimer), and NVTX ranges for Nsight.
+// ops (core/devices.h EventTimer), and NVTX ranges for Nsight.
 #include "cuda/context.cuh"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #ifndef TCN_CUDA_EMU
 #include <nvtx3/nvToolsExt.h>
 #endif

@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "core/files.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 namespace tcn::nn {
 

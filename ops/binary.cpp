@@ -3,16 +3,16 @@
 #include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
-#include "ops/functors.h"
+#include "core/math/functors.h"
 #include "ops/ops.h"
-#include "ops/simd.h"
+#include "core/math/simd.h"
 
 namespace tcn {
 
 namespace {
 
 // Contiguous float32 rows of the binary ops and of glu's gradients, compiled
-// once per ISA (ops/simd.h), as the unary ops' are (ops/unary.cpp).
+// once per ISA (core/math/simd.h), as the unary ops' are (ops/unary.cpp).
 #define TCN_CPU_ROWS2(Name)                                                                             \
   TCN_SIMD_CLONES void rows(const fn::Name& f_in, float* o, const float* a, const float* b, int64_t n) { \
     const fn::Name f = f_in;                                                                            \
@@ -66,6 +66,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
     });
   return out;
 }
+
+// The tape's sum of two gradients in flight (autograd/tape.h).
+Tensor autograd::gradient_sum(const Tensor& a, const Tensor& b) { return add(a, b); }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   const profile::Op range("sub");

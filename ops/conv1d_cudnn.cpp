@@ -15,7 +15,7 @@
 #include "core/step_graph.h"
 #include "cuda/cudnn.h"
 #include "cuda/kernels.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 

@@ -8,7 +8,7 @@
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "ops/simd.h"
+#include "core/math/simd.h"
 
 namespace tcn {
 
@@ -21,7 +21,7 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
 
 // float32 -> bfloat16 over contiguous rows, the conversion mixed precision
 // makes of every GEMM operand: bfloat16::round without its branch, so that it
-// vectorises (compiled per ISA: ops/simd.h).
+// vectorises (compiled per ISA: core/math/simd.h).
 TCN_SIMD_CLONES void float_to_bf16_row(const float* in, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = std::bit_cast<uint32_t>(in[i]);
@@ -100,6 +100,21 @@ Tensor clone(const Tensor& x) {
   if (autograd::needs_grad({x}))
     autograd::record("clone", {x}, {out}, [](const TensorList& g) { return TensorList{g[0]}; });
   return out;
+}
+
+// The tape's copy of a gradient (autograd/tape.h) and a leaf's gradient set by hand.
+Tensor autograd::gradient_copy(const Tensor& g) { return clone(g); }
+
+void Tensor::set_grad(const Tensor& g) const {
+  TCN_CHECK(requires_grad() && is_leaf(), "set_grad(): tensor is not a leaf that requires grad");
+  if (!g.defined()) {
+    impl().autograd->grad = Tensor();
+    return;
+  }
+  TCN_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), "set_grad(): gradient ", g.dtype(),
+            " ", g.shape(), " on ", g.device(), " does not match the tensor, ", dtype(), " ", shape(), " on ", device());
+  autograd::NoGrad ng;
+  impl().autograd->grad = clone(g.detach());  // a leaf's gradient is contiguous storage it owns alone
 }
 
 Tensor contiguous(const Tensor& x) {

@@ -1,4 +1,4 @@
-// GEMM on the CPU, used by matmul, conv1d and the LSTM layer (ops/gemm_layout.h
+// GEMM on the CPU, used by matmul, conv1d and the LSTM layer (core/math/gemm_layout.h
 // says how views are passed). float32 runs on oneDNN's matmul where tcn was
 // built with it (it dispatches on the CPU's ISA itself: AVX-512 here, where
 // OpenBLAS is held to its Haswell kernels), else on OpenBLAS; float64 always

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "core/tensor.h"
-#include "ops/cpu_loops.h"
+#include "core/math/cpu_loops.h"
 
 namespace tcn::cpu {
 
@@ -54,7 +54,7 @@ inline void map_row(T* out, const std::array<const T*, K>& in, const std::array<
 }  // namespace detail
 
 // The same, with `rows(n, o, p...)` computing each contiguous row instead of
-// the inline loop: a row function compiled per ISA (ops/simd.h) for a hot op.
+// the inline loop: a row function compiled per ISA (core/math/simd.h) for a hot op.
 // cpu_map passes InlineRows: every row through detail::map_row.
 struct InlineRows {};
 

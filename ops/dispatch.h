@@ -4,7 +4,7 @@
 
 #include "core/profile.h"
 #include "core/tensor.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 namespace tcn {
 

@@ -17,13 +17,13 @@
 
 #include "core/philox.h"
 #include "core/step_graph.h"
-#include "ops/cpu_loops.h"
+#include "core/math/cpu_loops.h"
 #include "ops/cpu_map.h"
-#include "ops/functors.h"
+#include "core/math/functors.h"
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "ops/simd.h"
+#include "core/math/simd.h"
 
 namespace tcn {
 
@@ -33,7 +33,7 @@ using Mask = std::vector<uint8_t>;
 
 // The keep flags of blocks [first, first + count) of a Philox stream: mask[4k + lane].
 // Written as independent per-block lanes over a chunk so the compiler can run
-// several Philox blocks per vector instruction; TCN_SIMD_CLONES (ops/simd.h)
+// several Philox blocks per vector instruction; TCN_SIMD_CLONES (core/math/simd.h)
 // picks the widest vector unit of the machine at run time.
 TCN_SIMD_CLONES void philox_keep_flags(
     uint64_t seed, uint64_t first, int64_t count, uint32_t threshold, uint8_t* mask) {

@@ -30,6 +30,13 @@ void fill_(const Tensor& x, double value) {
   });
 }
 
+// The factory of core/tensor.h that fills: defined here, beside fill_.
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  Tensor t = empty(shape, opts);
+  fill_(t, value);
+  return t;
+}
+
 void add_(const Tensor& x, const Tensor& y, double alpha) {
   const profile::Op range("add_");
   check_inplace("add_", x);
@@ -52,6 +59,9 @@ void add_(const Tensor& x, const Tensor& y, double alpha) {
       cpu::cpu_map<T>(x, [a](T xi, T yi) { return xi + a * yi; }, x, y);
   });
 }
+
+// The tape's in-place sum of a leaf's gradient (autograd/tape.h).
+void autograd::gradient_add_(const Tensor& into, const Tensor& g) { add_(into, g); }
 
 void mul_(const Tensor& x, double s) {
   const profile::Op range("mul_");

@@ -25,7 +25,7 @@
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "ops/vmath.h"
+#include "core/math/vmath.h"
 
 namespace tcn {
 
@@ -86,7 +86,7 @@ TCN_ALWAYS_INLINE inline void cell_backward_row(const T* a, const T* cp, const T
 }
 
 // float32 rows compiled for each vector ISA and picked at load time
-// (TCN_SIMD_CLONES, ops/simd.h); float64 (the tests' precision) as above.
+// (TCN_SIMD_CLONES, core/math/simd.h); float64 (the tests' precision) as above.
 TCN_SIMD_CLONES void cell_forward_row(float* a, const float* r, const float* cp, float* c, float* hst, float* hb,
                                       int64_t H) {
   cell_forward_row<float>(a, r, cp, c, hst, hb, H);

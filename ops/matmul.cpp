@@ -1,12 +1,12 @@
 // Matrix products through the CPU GEMM (oneDNN or OpenBLAS: ops/cpu_blas.h) or cuBLAS (GPU). A 2-D operand whose
 // rows or columns are unit-stride goes to the GEMM as it is (a transposed view
 // is just a transposed operand with the other leading dimension; see
-// ops/gemm_layout.h), so mm(a, b.t()) copies nothing.
+// core/math/gemm_layout.h), so mm(a, b.t()) copies nothing.
 #include "core/autocast.h"
 #include "cuda/kernels.h"
 #include "ops/cpu_blas.h"
 #include "ops/dispatch.h"
-#include "ops/gemm_layout.h"
+#include "core/math/gemm_layout.h"
 #include "ops/ops.h"
 
 namespace tcn {

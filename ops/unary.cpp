@@ -1,19 +1,19 @@
 // Elementwise ops of one tensor (and a scalar). The math of each lives in
-// ops/functors.h; this file is the one generic forward + backward around it.
+// core/math/functors.h; this file is the one generic forward + backward around it.
 #include <type_traits>
 
 #include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
-#include "ops/functors.h"
+#include "core/math/functors.h"
 #include "ops/ops.h"
-#include "ops/simd.h"
+#include "core/math/simd.h"
 
 namespace tcn {
 
 namespace {
 
-// Which CUDA kernel computes an op (ops/op_lists.h), and its scalar parameter.
+// Which CUDA kernel computes an op (core/math/op_lists.h), and its scalar parameter.
 #define TCN_CUDA_OP_OF(Name) \
   constexpr cuda::UnaryOp cuda_op(fn::Name) { return cuda::UnaryOp::Name; }
 TCN_UNARY_OPS(TCN_CUDA_OP_OF)
@@ -27,7 +27,7 @@ double cuda_param(const Op& op) {
   else return 0.0;
 }
 
-// Contiguous float32 rows of every op, compiled once per ISA (ops/simd.h): the
+// Contiguous float32 rows of every op, compiled once per ISA (core/math/simd.h): the
 // AVX-512 or AVX2 copy where the CPU has it, instead of the generic build's
 // SSE2. The same functor as every other path, so the values are the same but
 // for FMA contraction in the last bit.

@@ -14,7 +14,7 @@
 #include <numeric>
 #include <string>
 
-#include "cuda/devices.h"
+#include "core/devices.h"
 
 #include "ops/ops.h"
 

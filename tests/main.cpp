@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "cuda/devices.h"
+#include "core/devices.h"
 #ifdef TCN_CUDA_EMU
 #include "cuda/emu/emu.h"
 #endif

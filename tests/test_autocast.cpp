@@ -4,7 +4,7 @@
 // its op was recorded with; the golden TCN's logits stay within a stated
 // tolerance of PyTorch's float32 ones.
 #include "core/autocast.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "helpers.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"

@@ -1,4 +1,4 @@
-// ops/cpu_loops.h: for_each_row visits every element of every operand exactly
+// core/math/cpu_loops.h: for_each_row visits every element of every operand exactly
 // once, whatever the strides, and whether rows are merged, split across
 // threads, or cut into pieces (a long contiguous row is cut; many short rows
 // are not). The tests run with OMP_NUM_THREADS=2, so the parallel paths run.
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "helpers.h"
-#include "ops/cpu_loops.h"
+#include "core/math/cpu_loops.h"
 
 using namespace tcn;
 

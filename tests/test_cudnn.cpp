@@ -17,7 +17,7 @@
 #include "core/backends.h"
 #include "core/step_graph.h"
 #include "cuda/cudnn.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "nn/layers.h"
 #include "nn/models.h"
 #include "nn/optim.h"

@@ -18,7 +18,7 @@
 
 #include "cuda/common.h"
 #include "cuda/device.cuh"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #ifdef TCN_CUDA_EMU
 #include "helpers.h"
 #include "cuda/emu/emu.h"

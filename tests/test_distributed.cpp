@@ -6,7 +6,7 @@
 
 #include "helpers.h"
 #include "autograd/tape.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "nn/distributed.h"
 
 using namespace tcn;

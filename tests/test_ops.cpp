@@ -8,8 +8,8 @@
 #include "helpers.h"
 #include "op_cases.h"
 #include "core/autocast.h"
-#include "ops/functors.h"
-#include "ops/op_lists.h"
+#include "core/math/functors.h"
+#include "core/math/op_lists.h"
 
 using namespace tcn;
 using tcn::test::Bf16;
@@ -113,7 +113,7 @@ TEST_CASE("ops: bad inputs give errors that name the op and the problem") {
 }
 
 TEST_CASE("ops: NaN in, NaN out, as in PyTorch: every unary functor, the activations and the fused tails") {
-  // The math of every unary op, CPU and CUDA alike (ops/op_lists.h names them all).
+  // The math of every unary op, CPU and CUDA alike (core/math/op_lists.h names them all).
 #define TCN_CHECK_NAN(Name) check_nan_propagates(fn::Name{}, #Name);
   TCN_UNARY_OPS(TCN_CHECK_NAN)
 #undef TCN_CHECK_NAN

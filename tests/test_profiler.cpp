@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "helpers.h"
 #include <nlohmann/json.hpp>
 #include "nn/models.h"

@@ -8,7 +8,7 @@
 #include <initializer_list>
 
 #include "core/step_graph.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "cuda_compare.h"
 #include "helpers.h"
 #include <nlohmann/json.hpp>
@@ -30,7 +30,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 // The graph's node count against our own count of what it runs. The emulated
 // device's graph holds exactly our kernels and cuBLAS GEMMs; a GPU's also holds
 // what a library adds inside one call (cuBLAS's second kernel of a split-K GEMM,
-// memsets), which our call-site counters cannot see (cuda/devices.h).
+// memsets), which our call-site counters cannot see (core/devices.h).
 void check_graph_nodes(int64_t ours, size_t nodes) {
   INFO("our kernels and GEMMs: ", ours, ", graph nodes: ", nodes);
 #if defined(TCN_CUDA_EMU)
@@ -141,7 +141,7 @@ TEST_CASE("a replayed step is one graph launch: no host launch, no host wait, no
   }
 }
 
-// On a GPU, counters() are tcn's call-site counts (cuda/devices.h); on the
+// On a GPU, counters() are tcn's call-site counts (core/devices.h); on the
 // emulated device they are the emulator's, which sees every CUDA call. Equal
 // counts over whole training steps (eager, captured, replayed; a loss read, a
 // Thrust sort, cudaMalloc and cudaFree) show the call sites miss nothing of ours.

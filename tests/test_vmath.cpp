@@ -1,11 +1,11 @@
-// ops/vmath.h: the float32 exp, sigmoid, tanh and normal CDF the CPU kernels use, against
+// core/math/vmath.h: the float32 exp, sigmoid, tanh and normal CDF the CPU kernels use, against
 // double-precision libm over the range that matters and at the edges; and the
 // float32 LSTM layer built on them against the same layer in float64.
 #include <cmath>
 #include <limits>
 
 #include "helpers.h"
-#include "ops/vmath.h"
+#include "core/math/vmath.h"
 
 using namespace tcn;
 using namespace tcn::test;
@@ -71,7 +71,7 @@ TEST_CASE("saturation, infinities and NaN") {
   CHECK(vmath::tanh(inf) == 1.0f);
   CHECK(vmath::tanh(-inf) == -1.0f);
   CHECK(vmath::tanh(20.0f) == 1.0f);
-  CHECK(std::isfinite(vmath::exp(1000.0f)));  // saturates at ~2.2e38, see ops/vmath.h
+  CHECK(std::isfinite(vmath::exp(1000.0f)));  // saturates at ~2.2e38, see core/math/vmath.h
   CHECK(vmath::exp(-1000.0f) < 2e-38f);
   // A NaN must reach the loss, where training stops on it.
   CHECK(std::isnan(vmath::exp(nan)));

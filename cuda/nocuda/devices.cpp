@@ -1,6 +1,6 @@
 // The CUDA runtime of a build without CUDA (TCN_CUDA=OFF, or no nvcc found):
 // no devices, and every device call says why.
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "cuda/cudnn.h"
 
 #include "core/error.h"

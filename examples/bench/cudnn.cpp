@@ -19,7 +19,7 @@
 #include "core/autocast.h"
 #include "core/backends.h"
 #include "cuda/cudnn.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "nn/layers.h"
 #include "ops/ops.h"
 

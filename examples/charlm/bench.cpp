@@ -11,7 +11,7 @@
 #include "core/autocast.h"
 #include "core/step_graph.h"
 #include "core/threads.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "flags.h"
 #include "generate.h"
 #include "nn/optim.h"

@@ -15,7 +15,7 @@
 #include "core/files.h"
 #include "core/threads.h"
 #include "cuda/cudnn.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "nn/safetensors.h"
 #include "ops/cpu_blas.h"
 

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "nn/distributed.h"
 
 namespace program {

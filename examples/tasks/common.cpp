@@ -16,7 +16,7 @@
 
 #include "examples/common/program.h"
 #include "nn/trainer.h"
-#include "cuda/devices.h"
+#include "core/devices.h"
 #include "nn/safetensors.h"
 
 namespace tasks {

@@ -1,8 +1,9 @@
 // tcn's device layer: the CUDA devices as the rest of tcn sees them (discovery, streams,
-// synchronisation, memory, graphs, counters). Plain C++ declarations:
-// the implementation is cuda/devices.cu when built with CUDA, and
-// cuda/nocuda/devices.cpp otherwise (where every device call explains that tcn
-// was built without CUDA).
+// synchronisation, memory, graphs, counters). Plain C++ declarations, here in
+// core/ because the tensor's storage, the profiler's recorder and the step graph
+// stand on them; the implementation is the layer above, cuda/ (devices.cu,
+// graph.cu, timing.cu) when built with CUDA, and cuda/nocuda/devices.cpp
+// otherwise (where every device call explains that tcn was built without CUDA).
 //
 // "No GPU" is a normal state, never a crash: device_count() is 0 and
 // unavailable_reason() says why (no device, driver too old, built without CUDA).

@@ -8,13 +8,13 @@
 
 #include "core/philox.h"
 #ifndef __CUDA_ARCH__
-#include "ops/vmath.h"
+#include "core/math/vmath.h"
 #endif
 
 namespace tcn::fn {
 
 // The transcendental functions the functors use. On the host, float32 takes
-// ops/vmath.h's branch-free versions, which vectorise in cpu_map's loops (libm's
+// core/math/vmath.h's branch-free versions, which vectorise in cpu_map's loops (libm's
 // are one call per element); double (the tests' oracle precision) and the GPU
 // take the standard ones.
 #ifdef __CUDA_ARCH__

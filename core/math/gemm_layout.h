@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "ops/ops.h"
+#include "core/tensor.h"
 
 namespace tcn {
 

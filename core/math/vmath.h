@@ -4,7 +4,7 @@
 // time (perf), one element at a time. These are plain arithmetic
 // and bit operations with no branches, so a loop over them under
 // `#pragma omp simd` becomes SIMD code (SSE2 in a generic x86-64 build, AVX-512
-// in TCN_SIMD_CLONES functions (ops/simd.h) on CPUs that have it: 11x libm there).
+// in TCN_SIMD_CLONES functions (core/math/simd.h) on CPUs that have it: 11x libm there).
 //
 // exp(x) = 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]:
 // e^r by its Taylor series to r^7 (truncation < 6e-9 relative), 2^n built in the
@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/simd.h"
+#include "core/math/simd.h"
 
 namespace tcn::vmath {
 
