@@ -2,7 +2,6 @@
 
 #include "core/profile.h"
 #include "core/devices.h"
-#include "ops/ops.h"
 
 namespace tcn {
 
@@ -123,7 +122,7 @@ Tensor StepGraph::capture(const std::function<Tensor()>& body) {
   graph_->graph.begin_capture(device_.index);
   try {
     out = body();
-    if (!draws_->entries.empty()) add_(draws_->slots, draws_->incr);  // the graph's last kernel: next step's bases
+    if (!draws_->entries.empty()) advance_bases(draws_->slots, draws_->incr);  // the graph's last kernel: next step's bases
   } catch (const PoolExhausted& e) {
     exhausted = true;
     error = e.what();
@@ -136,7 +135,7 @@ Tensor StepGraph::capture(const std::function<Tensor()>& body) {
   if (error.empty() && why.empty()) {
     std::vector<double> incr(kMaxGenerators, 0.0);
     for (size_t k = 0; k < draws_->entries.size(); ++k) incr[k] = static_cast<double>(draws_->entries[k].drawn);
-    copy_(draws_->incr, from_vector(incr, {kMaxGenerators}).to(device_));  // once; the replays read it
+    set_increments(draws_->incr, incr);  // once; the replays read it
     out_ = out;
     grads_.clear();
     for (const Tensor& p : params_) grads_.push_back(p.grad());
@@ -167,7 +166,7 @@ Tensor StepGraph::replay() {
     TCN_CHECK(offset < 9007199254740992.0, "StepGraph: Philox offset ", e.gen->offset(), " is past 2^53");
     if (e.on_device != offset) {
       const size_t k = static_cast<size_t>(&e - draws_->entries.data());
-      fill_(draws_->slots.narrow(0, static_cast<int64_t>(k), 1), offset);
+      set_base(draws_->slots.narrow(0, static_cast<int64_t>(k), 1), offset);
       e.on_device = offset;
     }
   }

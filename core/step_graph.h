@@ -99,6 +99,12 @@ class StepGraph {
 
  private:
   struct Draws;
+  // The device arithmetic on the Philox bases, the only ops the step graph
+  // runs. The ops stand above core (docs/design.md, the layers), so these are
+  // defined with them (ops/random.cpp).
+  static void advance_bases(const Tensor& slots, const Tensor& incr);  // slots += incr: the graph's last kernel
+  static void set_increments(const Tensor& incr, const std::vector<double>& values);  // once, after a capture
+  static void set_base(const Tensor& slot, double value);  // a generator's base that moved on eagerly
   Tensor replay();
   Tensor eager_in_pool(const std::function<Tensor()>& body);
   Tensor capture(const std::function<Tensor()>& body);

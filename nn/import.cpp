@@ -81,31 +81,30 @@ void check_size(const std::string& path, const char* flag, int64_t given, int64_
             found, " (", from, ")");
 }
 
-}  // namespace
-
-bool is_tcn_checkpoint(const SafetensorsContents& file) {
-  auto it = file.metadata.find("format");
-  return it != file.metadata.end() && it->second == "tcn-checkpoint";
-}
-
-ImportedStateDict import_state_dict(const SafetensorsContents& file, const ImportOptions& o) {
-  const std::string& path = file.path;
-  ImportedStateDict out;
+// Which char-LM the tensors are: "tcn" (tcn.network.*) or "lstm" (rnn.weight_ih_l*).
+std::string model_kind(const SafetensorsContents& file, const ImportOptions& o) {
+  std::string kind;
   for (const auto& [name, t] : file.tensors) {
-    if (starts_with(name, "tcn.network.")) out.kind = "tcn";
-    if (starts_with(name, "rnn.weight_ih_l") && out.kind.empty()) out.kind = "lstm";
+    if (starts_with(name, "tcn.network.")) kind = "tcn";
+    if (starts_with(name, "rnn.weight_ih_l") && kind.empty()) kind = "lstm";
   }
-  TCN_CHECK(!out.kind.empty(), path, ": its ", file.tensors.size(),
+  TCN_CHECK(!kind.empty(), file.path, ": its ", file.tensors.size(),
             " tensors fit no model: a TCN char-LM has tcn.network.*, an LSTM char-LM rnn.weight_ih_l0 (e.g. '",
             file.tensors.empty() ? std::string("none") : file.tensors.front().first, "')");
-  TCN_CHECK(o.model.empty() || o.model == out.kind, path, ": --model ", o.model, " was given, but the tensors are a ",
-            out.kind, " char-LM's");
+  TCN_CHECK(o.model.empty() || o.model == kind, file.path, ": --model ", o.model, " was given, but the tensors are a ",
+            kind, " char-LM's");
+  return kind;
+}
 
-  // Every tensor under our name; two names of one parameter must agree.
-  std::map<std::string, std::pair<Tensor, std::string>> ours;  // our name -> tensor, the file's name
-  std::set<std::string> variants;
+// Our name -> (tensor, the file's name for it).
+using OurTensors = std::map<std::string, std::pair<Tensor, std::string>>;
+
+// Every tensor under our name; two names of one parameter must agree. `variants`
+// collects the naming variants met (reported to the user).
+OurTensors under_our_names(const SafetensorsContents& file, const std::string& kind, std::set<std::string>& variants) {
+  OurTensors ours;
   for (const auto& [name, t] : file.tensors) {
-    auto [n, variant] = our_name(name, out.kind);
+    auto [n, variant] = our_name(name, kind);
     if (!variant.empty()) variants.insert(variant);
     auto it = ours.find(n);
     if (it == ours.end()) {
@@ -113,50 +112,55 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
       continue;
     }
     const auto& [other, other_name] = it->second;
-    TCN_CHECK(same_values(t, other), path, ": '", other_name, "' ", other.shape(), " and '", name, "' ", t.shape(),
+    TCN_CHECK(same_values(t, other), file.path, ": '", other_name, "' ", other.shape(), " and '", name, "' ", t.shape(),
               " are two names of one parameter (", n, ") but hold different values");
   }
-  // Convs saved without weight norm: weight_v = weight, weight_g = its norms (the same function).
+  return ours;
+}
+
+// Convs saved without weight norm: weight_v = weight, weight_g = its norms (the same function).
+void split_plain_conv_weights(OurTensors& ours, const std::string& path, std::set<std::string>& variants) {
   for (auto it = ours.begin(); it != ours.end();) {
     int64_t level = 0;
     std::string rest;
     const std::string n = it->first;
-    if (out.kind == "tcn" && network_level(n, &level, &rest) && (rest == "conv1.weight" || rest == "conv2.weight")) {
-      const std::string stem = n.substr(0, n.size() - std::strlen("weight"));
-      TCN_CHECK(!ours.count(stem + "weight_v") && !ours.count(stem + "weight_g"), path, ": '", it->second.second,
-                "' and a weight-normed '", stem, "weight_v/g' both hold ", stem.substr(0, stem.size() - 1),
-                "'s weight: which one is meant is ambiguous");
-      const Tensor w = it->second.first;
-      TCN_CHECK(w.dim() == 3, path, ": '", it->second.second, "' has shape ", w.shape(),
-                ", a conv weight is [out, in, kernel]");
-      const std::string from = it->second.second;
-      it = ours.erase(it);
-      const auto [v, g] = weight_norm_split(w);
-      ours.emplace(stem + "weight_v", std::make_pair(v, from));
-      ours.emplace(stem + "weight_g", std::make_pair(g, from + " (its norms)"));
-      variants.insert("convs without weight norm (weight_g set to each channel's norm)");
+    if (!network_level(n, &level, &rest) || (rest != "conv1.weight" && rest != "conv2.weight")) {
+      ++it;
       continue;
     }
-    ++it;
+    const std::string stem = n.substr(0, n.size() - std::strlen("weight"));
+    TCN_CHECK(!ours.count(stem + "weight_v") && !ours.count(stem + "weight_g"), path, ": '", it->second.second,
+              "' and a weight-normed '", stem, "weight_v/g' both hold ", stem.substr(0, stem.size() - 1),
+              "'s weight: which one is meant is ambiguous");
+    const Tensor w = it->second.first;
+    TCN_CHECK(w.dim() == 3, path, ": '", it->second.second, "' has shape ", w.shape(),
+              ", a conv weight is [out, in, kernel]");
+    const std::string from = it->second.second;
+    it = ours.erase(it);
+    const auto [v, g] = weight_norm_split(w);
+    ours.emplace(stem + "weight_v", std::make_pair(v, from));
+    ours.emplace(stem + "weight_g", std::make_pair(g, from + " (its norms)"));
+    variants.insert("convs without weight norm (weight_g set to each channel's norm)");
   }
+}
 
-  auto need = [&](const std::string& n) -> const Tensor& {
-    auto it = ours.find(n);
-    TCN_CHECK(it != ours.end(), path, ": no '", n, "' (nor any other name of it): not a complete ", out.kind,
-              " char-LM state_dict");
-    return it->second.first;
-  };
+// The model's configuration, read off the tensors' shapes and checked against
+// the sizes the user gave (0: not given).
+nlohmann::json config_from_shapes(const OurTensors& ours, const std::string& kind, const ImportOptions& o,
+                                  const std::string& path) {
   auto dims = [&](const std::string& n, int64_t d) {
-    const Tensor& t = need(n);
-    TCN_CHECK(t.dim() == d, path, ": '", ours.at(n).second, "' has shape ", t.shape(), ", expected ", d,
-              " dimensions");
-    return t.shape();
+    auto it = ours.find(n);
+    TCN_CHECK(it != ours.end(), path, ": no '", n, "' (nor any other name of it): not a complete ", kind,
+              " char-LM state_dict");
+    TCN_CHECK(it->second.first.dim() == d, path, ": '", it->second.second, "' has shape ", it->second.first.shape(),
+              ", expected ", d, " dimensions");
+    return it->second.first.shape();
   };
   const Shape emb = dims("encoder.weight", 2);
   const int64_t vocab = emb[0], emsize = emb[1];
   check_size(path, "vocab_size", o.vocab_size, vocab, "encoder.weight " + shape_str(emb));
   check_size(path, "emsize", o.emsize, emsize, "encoder.weight " + shape_str(emb));
-  if (out.kind == "tcn") {
+  if (kind == "tcn") {
     int64_t levels = 0;
     for (const auto& [n, t] : ours) {
       int64_t level = 0;
@@ -170,46 +174,65 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
     check_size(path, "levels", o.levels, levels, "tcn.network.0 .. " + std::to_string(levels - 1));
     if (levels > 1) check_size(path, "nhid", o.nhid, nhid, from);
     check_size(path, "ksize", o.ksize, ksize, from);
-    out.config = TCNConfig{.vocab_size = vocab, .emsize = emsize, .nhid = nhid, .levels = levels, .ksize = ksize,
-                           .dropout = 0.1, .emb_dropout = 0.1}
-                     .to_json();
-  } else {
-    int64_t layers = 0;
-    while (ours.count("rnn.weight_ih_l" + std::to_string(layers))) ++layers;
-    const Shape ih = dims("rnn.weight_ih_l0", 2);
-    TCN_CHECK(ih[0] % 4 == 0, path, ": 'rnn.weight_ih_l0' has shape ", ih, ": its rows are 4 gates x hidden");
-    const int64_t nhid = ih[0] / 4;
-    check_size(path, "nhid", o.nhid, nhid, "rnn.weight_ih_l0 " + shape_str(ih) + " = 4 gates x hidden");
-    check_size(path, "layers", o.layers, layers, "rnn.weight_ih_l0 .. l" + std::to_string(layers - 1));
-    out.config = LSTMConfig{.vocab_size = vocab, .emsize = emsize, .nhid = nhid, .layers = layers, .dropout = 0.1,
-                            .emb_dropout = 0.1}
-                     .to_json();
+    return TCNConfig{.vocab_size = vocab, .emsize = emsize, .nhid = nhid, .levels = levels, .ksize = ksize,
+                     .dropout = 0.1, .emb_dropout = 0.1}
+        .to_json();
   }
+  int64_t layers = 0;
+  while (ours.count("rnn.weight_ih_l" + std::to_string(layers))) ++layers;
+  const Shape ih = dims("rnn.weight_ih_l0", 2);
+  TCN_CHECK(ih[0] % 4 == 0, path, ": 'rnn.weight_ih_l0' has shape ", ih, ": its rows are 4 gates x hidden");
+  const int64_t nhid = ih[0] / 4;
+  check_size(path, "nhid", o.nhid, nhid, "rnn.weight_ih_l0 " + shape_str(ih) + " = 4 gates x hidden");
+  check_size(path, "layers", o.layers, layers, "rnn.weight_ih_l0 .. l" + std::to_string(layers - 1));
+  return LSTMConfig{.vocab_size = vocab, .emsize = emsize, .nhid = nhid, .layers = layers, .dropout = 0.1,
+                    .emb_dropout = 0.1}
+      .to_json();
+}
 
-  // A corrupt or hostile file (one small tensor named tcn.network.31.*) must not make us allocate a model far
-  // larger than the file: refused beyond twice the values it holds. Below that, the model is built and the
-  // check of every tensor (load_module) names exactly what is missing or misshapen.
+// The model the shapes describe. A corrupt or hostile file (one small tensor
+// named tcn.network.31.*) must not make us allocate a model far larger than
+// the file: refused beyond twice the values it holds. Below that, the model is
+// built and the check of every tensor (load_module) names exactly what is
+// missing or misshapen.
+std::unique_ptr<CharLM> build_model(const OurTensors& ours, const std::string& kind, const nlohmann::json& config,
+                                    const std::string& path) {
   int64_t needed = 0, held = 0;
   try {
-    needed = out.kind == "tcn" ? TCNConfig::from_json(out.config).parameter_count()
-                               : LSTMConfig::from_json(out.config).parameter_count();
+    needed = kind == "tcn" ? TCNConfig::from_json(config).parameter_count()
+                           : LSTMConfig::from_json(config).parameter_count();
   } catch (const Error& e) {
-    TCN_FAIL(path, ": the shapes describe a ", out.kind, " char-LM ", out.config.dump(), " that cannot be built: ",
-             e.what());
+    TCN_FAIL(path, ": the shapes describe a ", kind, " char-LM ", config.dump(), " that cannot be built: ", e.what());
   }
   for (const auto& [n, t] : ours) held += t.first.numel();
-  TCN_CHECK(needed <= 2 * held, path, ": the shapes describe a ", out.kind, " char-LM ", out.config.dump(), " of ", needed,
+  TCN_CHECK(needed <= 2 * held, path, ": the shapes describe a ", kind, " char-LM ", config.dump(), " of ", needed,
             " parameters, but the file holds only ", held, " values: not a complete state_dict");
-  // The model's parameters, in its order; anything else is refused unless allowed.
-  std::unique_ptr<CharLM>& model = out.model;
   try {
-    model = make_char_lm(out.kind, out.config, 0);
+    return make_char_lm(kind, config, 0);
   } catch (const Error& e) {
-    TCN_FAIL(path, ": the shapes describe a ", out.kind, " char-LM ", out.config.dump(), " that cannot be built: ",
-             e.what());
+    TCN_FAIL(path, ": the shapes describe a ", kind, " char-LM ", config.dump(), " that cannot be built: ", e.what());
   }
+}
+
+}  // namespace
+
+bool is_tcn_checkpoint(const SafetensorsContents& file) {
+  auto it = file.metadata.find("format");
+  return it != file.metadata.end() && it->second == "tcn-checkpoint";
+}
+
+ImportedStateDict import_state_dict(const SafetensorsContents& file, const ImportOptions& o) {
+  const std::string& path = file.path;
+  ImportedStateDict out;
+  out.kind = model_kind(file, o);
+  std::set<std::string> variants;
+  OurTensors ours = under_our_names(file, out.kind, variants);
+  if (out.kind == "tcn") split_plain_conv_weights(ours, path, variants);
+  out.config = config_from_shapes(ours, out.kind, o, path);
+  out.model = build_model(ours, out.kind, out.config, path);
+  // The model's parameters, in its order; anything else is refused unless allowed.
   std::set<std::string> wanted;
-  for (const auto& [n, p] : model->named_parameters()) {
+  for (const auto& [n, p] : out.model->named_parameters()) {
     wanted.insert(n);
     if (auto it = ours.find(n); it != ours.end()) out.file.tensors.emplace_back(n, it->second.first);
   }
@@ -227,7 +250,7 @@ ImportedStateDict import_state_dict(const SafetensorsContents& file, const Impor
   out.file.metadata = file.metadata;
   out.file.path = file.path;
   // Shapes, missing tensors: the same check and message as for our own checkpoints; the model is loaded.
-  load_module(out.file, *model);
+  load_module(out.file, *out.model);
   return out;
 }
 

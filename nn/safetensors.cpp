@@ -185,21 +185,34 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
 
 SafetensorsContents load_safetensors(const std::string& path) { return parse_safetensors(read_regular_file(path), path); }
 
-SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& path) {
+namespace {
+
+// One tensor of the header, checked: its dtype, shape and place in the data section.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// The header's JSON and the data section after it, from the 8-byte length.
+std::pair<std::string_view, std::string_view> split_file(std::string_view bytes, const std::string& path) {
   const uint64_t file_size = bytes.size();
   TCN_CHECK(file_size >= 8, path, ": not a safetensors file (", file_size, " bytes, shorter than the 8-byte header length)");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   TCN_CHECK(n <= file_size - 8, path, ": truncated or corrupt: header length ", n, " exceeds the file size ", file_size);
   TCN_CHECK(n <= kMaxHeaderBytes, path, ": corrupt: header length ", n, " exceeds ", kMaxHeaderBytes, " bytes");
-  const std::string_view json = bytes.substr(8, n);
-  const std::string_view data = bytes.substr(8 + n);
+  return {bytes.substr(8, n), bytes.substr(8 + n)};
+}
 
-  // Two linear passes. First a SAX pass checks the header's shape before anything is built:
-  // its depth, and the top-level keys in the file's order (the order in which the tensors come
-  // back: optimizer state is positional), with any key that appears twice. Then the plain
-  // parse into a std::map-backed object. (A parse with a callback, or into an insertion-ordered
-  // object, scans the keys at every entry: 10^5 tensors took 40 s.)
+// Two linear passes. First a SAX pass checks the header's shape before anything is built:
+// its depth, and the top-level keys in the file's order (the order in which the tensors come
+// back: optimizer state is positional), with any key that appears twice. Then the plain
+// parse into a std::map-backed object. (A parse with a callback, or into an insertion-ordered
+// object, scans the keys at every entry: 10^5 tensors took 40 s.) Returns the header and its
+// keys in the file's order.
+std::pair<nlohmann::json, std::vector<std::string>> parse_header(std::string_view json, const std::string& path) {
   HeaderScan scan;
   if (!nlohmann::json::sax_parse(json, &scan)) {
     TCN_CHECK(!scan.too_deep, path, ": corrupt header: nested deeper than a safetensors header (", kMaxHeaderDepth,
@@ -212,70 +225,59 @@ SafetensorsContents parse_safetensors(std::string_view bytes, const std::string&
   } catch (const nlohmann::json::exception& e) {
     TCN_FAIL(path, ": corrupt header (invalid JSON: ", e.what(), ")");
   }
-  const std::string& duplicate = scan.duplicate;
-  const std::vector<std::string>& order = scan.order;
   TCN_CHECK(header.is_object(), path, ": corrupt header (not a JSON object)");
-  TCN_CHECK(duplicate.empty(), path, ": corrupt header: the name '", duplicate, "' appears twice");
-  const uint64_t data_size = data.size();
+  TCN_CHECK(scan.duplicate.empty(), path, ": corrupt header: the name '", scan.duplicate, "' appears twice");
+  TCN_CHECK(scan.order.size() == header.size(), path, ": corrupt header (", header.size(), " entries, ",
+            scan.order.size(), " keys seen)");
+  return {std::move(header), std::move(scan.order)};
+}
 
-  SafetensorsContents out;
-  out.path = path;
-  struct Entry {
-    std::string name;
-    DType dtype;
-    Shape shape;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
-  std::optional<std::string> checksums_json;
-  try {
-    TCN_CHECK(order.size() == header.size(), path, ": corrupt header (", header.size(), " entries, ", order.size(),
-              " keys seen)");
-    for (const std::string& key : order) {
-      const auto& e = header.at(key);
-      if (key == "__metadata__") {
-        TCN_CHECK(e.is_object(), path, ": __metadata__ is not an object");
-        for (auto m = e.begin(); m != e.end(); ++m) {
-          TCN_CHECK(m->is_string(), path, ": __metadata__ value '", m.key(), "' is not a string");
-          if (m.key() == kChecksumsKey) checksums_json = m->get<std::string>();
-          else out.metadata[m.key()] = m->get<std::string>();
-        }
-        continue;
-      }
-      TCN_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"), path,
-                ": tensor '", key, "' lacks dtype, shape or data_offsets");
-      Entry en;
-      en.name = key;
-      TCN_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), en.dtype), path,
-                ": tensor '", en.name, "' has unsupported dtype ",
-                e["dtype"].is_string() ? e["dtype"].get<std::string>() : e["dtype"].dump(), " (supported: F32, F64, I64, BF16)");
-      // Every dimension a non-negative integer (no floats, no negatives), sizes
-      // multiplied with overflow checks: validated before anything is allocated.
-      TCN_CHECK(e["shape"].is_array(), path, ": tensor '", en.name, "' has a shape that is not a list");
-      uint64_t bytes = dtype_size(en.dtype);
-      for (const auto& d : e["shape"]) {
-        TCN_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), path, ": tensor '", en.name,
-                  "' has shape ", e["shape"].dump(), ": every dimension must be a non-negative integer");
-        TCN_CHECK(!__builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes), path, ": tensor '", en.name,
-                  "' has shape ", e["shape"].dump(), ", whose size overflows");
-        en.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-      }
-      const auto& offs = e["data_offsets"];
-      TCN_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() && offs[1].is_number_unsigned(),
-                path, ": tensor '", en.name, "' has data_offsets ", offs.dump(), " (expected two integers)");
-      en.begin = offs[0].get<uint64_t>();
-      en.end = offs[1].get<uint64_t>();
-      TCN_CHECK(en.begin <= en.end, path, ": tensor '", en.name, "' has invalid data_offsets ", offs.dump());
-      TCN_CHECK(en.end <= data_size, path, ": truncated: tensor '", en.name, "' ends at byte ", en.end,
-                " of a data section of ", data_size, " bytes");
-      TCN_CHECK(en.end - en.begin == bytes, path, ": tensor '", en.name, "' has ", en.end - en.begin,
-                " bytes of data for shape ", en.shape, " of ", dtype_name(en.dtype));
-      entries.push_back(en);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    TCN_FAIL(path, ": corrupt header (", e.what(), ")");
+// One tensor's entry: dtype, shape (every dimension a non-negative integer, sizes
+// multiplied with overflow checks: validated before anything is allocated) and
+// data offsets inside a data section of `data_size` bytes.
+Entry parse_entry(const std::string& key, const nlohmann::json& e, uint64_t data_size, const std::string& path) {
+  TCN_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"), path,
+            ": tensor '", key, "' lacks dtype, shape or data_offsets");
+  Entry en;
+  en.name = key;
+  TCN_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), en.dtype), path, ": tensor '",
+            en.name, "' has unsupported dtype ",
+            e["dtype"].is_string() ? e["dtype"].get<std::string>() : e["dtype"].dump(), " (supported: F32, F64, I64, BF16)");
+  TCN_CHECK(e["shape"].is_array(), path, ": tensor '", en.name, "' has a shape that is not a list");
+  uint64_t bytes = dtype_size(en.dtype);
+  for (const auto& d : e["shape"]) {
+    TCN_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), path, ": tensor '", en.name,
+              "' has shape ", e["shape"].dump(), ": every dimension must be a non-negative integer");
+    TCN_CHECK(!__builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes), path, ": tensor '", en.name, "' has shape ",
+              e["shape"].dump(), ", whose size overflows");
+    en.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
   }
-  // The tensors tile the data section exactly: no overlaps, no gaps, no trailing bytes.
+  const auto& offs = e["data_offsets"];
+  TCN_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() && offs[1].is_number_unsigned(), path,
+            ": tensor '", en.name, "' has data_offsets ", offs.dump(), " (expected two integers)");
+  en.begin = offs[0].get<uint64_t>();
+  en.end = offs[1].get<uint64_t>();
+  TCN_CHECK(en.begin <= en.end, path, ": tensor '", en.name, "' has invalid data_offsets ", offs.dump());
+  TCN_CHECK(en.end <= data_size, path, ": truncated: tensor '", en.name, "' ends at byte ", en.end,
+            " of a data section of ", data_size, " bytes");
+  TCN_CHECK(en.end - en.begin == bytes, path, ": tensor '", en.name, "' has ", en.end - en.begin,
+            " bytes of data for shape ", en.shape, " of ", dtype_name(en.dtype));
+  return en;
+}
+
+// __metadata__: string values only; the checksums (kChecksumsKey) come back apart.
+void parse_metadata(const nlohmann::json& e, const std::string& path, SafetensorsContents& out,
+                    std::optional<std::string>& checksums_json) {
+  TCN_CHECK(e.is_object(), path, ": __metadata__ is not an object");
+  for (auto m = e.begin(); m != e.end(); ++m) {
+    TCN_CHECK(m->is_string(), path, ": __metadata__ value '", m.key(), "' is not a string");
+    if (m.key() == kChecksumsKey) checksums_json = m->get<std::string>();
+    else out.metadata[m.key()] = m->get<std::string>();
+  }
+}
+
+// The tensors tile the data section exactly: no overlaps, no gaps, no trailing bytes.
+void check_tiling(const std::vector<Entry>& entries, uint64_t data_size, const std::string& path) {
   std::vector<const Entry*> by_offset;
   for (const Entry& en : entries) by_offset.push_back(&en);
   std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
@@ -290,41 +292,70 @@ SafetensorsContents parse_safetensors(std::string_view bytes, const std::string&
     covered = en->end;
   }
   TCN_CHECK(covered == data_size, path, ": corrupt: ", data_size - covered, " trailing bytes after the last tensor");
-  // Checksums (files of other writers have none): one per tensor, each matching its bytes.
+}
+
+// The checksums of the metadata (files of other writers have none): one per
+// tensor of the file, and none for a tensor it lacks.
+std::map<std::string, std::string> parse_checksums(const std::string& checksums_json, const std::vector<Entry>& entries,
+                                                   const std::string& path) {
   std::map<std::string, std::string> checksums;
-  if (checksums_json) {
-    try {
-      const auto j = nlohmann::json::parse(*checksums_json);
-      TCN_CHECK(j.is_object(), path, ": corrupt metadata: checksums is not a JSON object");
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        TCN_CHECK(it->is_string(), path, ": corrupt metadata: the checksum of '", it.key(), "' is not a string");
-        checksums[it.key()] = it->get<std::string>();
-      }
-    } catch (const nlohmann::json::exception& e) {
-      TCN_FAIL(path, ": corrupt metadata: checksums (", e.what(), ")");
+  try {
+    const auto j = nlohmann::json::parse(checksums_json);
+    TCN_CHECK(j.is_object(), path, ": corrupt metadata: checksums is not a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      TCN_CHECK(it->is_string(), path, ": corrupt metadata: the checksum of '", it.key(), "' is not a string");
+      checksums[it.key()] = it->get<std::string>();
     }
-    for (const Entry& en : entries)
-      TCN_CHECK(checksums.count(en.name), path, ": corrupt metadata: no checksum for tensor '", en.name, "'");
-    std::set<std::string> names;
-    for (const Entry& en : entries) names.insert(en.name);
-    for (const auto& kv : checksums)
-      TCN_CHECK(names.count(kv.first), path, ": corrupt metadata: a checksum for '", kv.first,
-                "', which is not in the file");
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL(path, ": corrupt metadata: checksums (", e.what(), ")");
   }
-  for (const Entry& en : entries) {
-    const std::string_view src = data.substr(en.begin, en.end - en.begin);
-    if (checksums_json) {
-      const std::string& want = checksums.at(en.name);
-      TCN_CHECK(want.rfind(kHashPrefix, 0) == 0, path, ": unsupported checksum '", want, "' for tensor '", en.name,
-                "' (expected ", kHashPrefix, "...)");
-      const std::string got = hash_bytes(src.data(), src.size());
-      TCN_CHECK(got == want, path, ": corrupt data: tensor '", en.name, "' does not match its checksum (", got,
-                ", the file says ", want, ")");
+  for (const Entry& en : entries)
+    TCN_CHECK(checksums.count(en.name), path, ": corrupt metadata: no checksum for tensor '", en.name, "'");
+  std::set<std::string> names;
+  for (const Entry& en : entries) names.insert(en.name);
+  for (const auto& kv : checksums)
+    TCN_CHECK(names.count(kv.first), path, ": corrupt metadata: a checksum for '", kv.first,
+              "', which is not in the file");
+  return checksums;
+}
+
+// A tensor's bytes, checked against its checksum when the file has one (`want`).
+Tensor read_tensor(const Entry& en, std::string_view data, const std::string* want, const std::string& path) {
+  const std::string_view src = data.substr(en.begin, en.end - en.begin);
+  if (want) {
+    TCN_CHECK(want->rfind(kHashPrefix, 0) == 0, path, ": unsupported checksum '", *want, "' for tensor '", en.name,
+              "' (expected ", kHashPrefix, "...)");
+    const std::string got = hash_bytes(src.data(), src.size());
+    TCN_CHECK(got == *want, path, ": corrupt data: tensor '", en.name, "' does not match its checksum (", got,
+              ", the file says ", *want, ")");
+  }
+  Tensor t = empty(en.shape, {en.dtype, Device::cpu()});
+  if (!src.empty()) std::memcpy(t.raw_data(), src.data(), src.size());
+  return t;
+}
+
+}  // namespace
+
+SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& path) {
+  const auto [json, data] = split_file(bytes, path);
+  const auto [header, order] = parse_header(json, path);
+  SafetensorsContents out;
+  out.path = path;
+  std::vector<Entry> entries;
+  std::optional<std::string> checksums_json;
+  try {
+    for (const std::string& key : order) {
+      if (key == "__metadata__") parse_metadata(header.at(key), path, out, checksums_json);
+      else entries.push_back(parse_entry(key, header.at(key), data.size(), path));
     }
-    Tensor t = empty(en.shape, {en.dtype, Device::cpu()});
-    if (!src.empty()) std::memcpy(t.raw_data(), src.data(), src.size());
-    out.tensors.emplace_back(en.name, t);
+  } catch (const nlohmann::json::exception& e) {
+    TCN_FAIL(path, ": corrupt header (", e.what(), ")");
   }
+  check_tiling(entries, data.size(), path);
+  const std::map<std::string, std::string> checksums =
+      checksums_json ? parse_checksums(*checksums_json, entries, path) : std::map<std::string, std::string>{};
+  for (const Entry& en : entries)
+    out.tensors.emplace_back(en.name, read_tensor(en, data, checksums_json ? &checksums.at(en.name) : nullptr, path));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/philox.h"
+#include "core/step_graph.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -76,5 +77,15 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
   normal_(t, 0.0, 1.0, gen);
   return t;
 }
+
+// The step graph's device arithmetic on its Philox bases (core/step_graph.h):
+// ops, so defined here.
+void StepGraph::advance_bases(const Tensor& slots, const Tensor& incr) { add_(slots, incr); }
+
+void StepGraph::set_increments(const Tensor& incr, const std::vector<double>& values) {
+  copy_(incr, from_vector(values, {static_cast<int64_t>(values.size())}).to(incr.device()));
+}
+
+void StepGraph::set_base(const Tensor& slot, double value) { fill_(slot, value); }
 
 }  // namespace tcn

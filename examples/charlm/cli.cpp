@@ -49,19 +49,25 @@ void add_foreign_options(CLI::App* cmd, std::string& vocab_file, bool& allow_ext
   cmd->add_flag("--allow_extra", allow_extra, "a PyTorch state_dict: skip tensors that are no parameter of the model");
 }
 
-int run_cli(int argc, char** argv, const Program& program) {
-  CLI::App app{program.description, program.name};
-  app.require_subcommand(1);
+// A subcommand and the options its run checks after parsing (whether given).
+struct Subcommand {
+  CLI::App* app = nullptr;
+  CLI::Option* seq_len = nullptr;
+  CLI::Option* validseqlen = nullptr;
+  CLI::Option* nhid = nullptr;
+};
 
-  TrainOptions t = program.train;
-  auto* train = app.add_subcommand("train", program.train_help);
+// `train`: every flag of TrainOptions, with the program's defaults in `t`.
+Subcommand add_train(CLI::App& app, const Program& program, TrainOptions& t) {
+  Subcommand cmd;
+  CLI::App* train = cmd.app = app.add_subcommand("train", program.train_help);
   train->add_option("--model", t.model, "tcn or lstm")->capture_default_str()->check(CLI::IsMember({"tcn", "lstm"}));
   train->add_option("--batch_size", t.batch_size, "streams per batch, in [1, 100000]")->capture_default_str();
-  auto* seq_len = train->add_option("--seq_len", t.seq_len,
+  cmd.seq_len = train->add_option("--seq_len", t.seq_len,
                                     "window length, history included, in [1, 1000000] (an LSTM carrying its state: "
                                     "--validseqlen, no history)")
                       ->capture_default_str();
-  auto* validseqlen =
+  cmd.validseqlen =
       train->add_option("--validseqlen", t.validseqlen, "scored positions at the end of each window, in [1, --seq_len]")
           ->capture_default_str();
   train->add_option("--lstm_state", t.lstm_state,
@@ -71,7 +77,7 @@ int run_cli(int argc, char** argv, const Program& program) {
       ->capture_default_str()
       ->check(CLI::IsMember({"carry", "reset"}));
   train->add_option("--emsize", t.emsize, "embedding size, in [1, 65536]")->capture_default_str();
-  auto* nhid = t.nhid > 0 ? train->add_option("--nhid", t.nhid, "hidden channels, in [1, 65536]")->capture_default_str()
+  cmd.nhid = t.nhid > 0 ? train->add_option("--nhid", t.nhid, "hidden channels, in [1, 65536]")->capture_default_str()
                           : train->add_option("--nhid", t.nhid,
                                               "hidden channels, in [1, 65536] (default 450 for tcn, 700 for lstm)");
   train->add_option("--levels", t.levels, "TCN levels (dilations 1, 2, 4, ...), in [1, 32]")->capture_default_str();
@@ -123,15 +129,21 @@ int run_cli(int argc, char** argv, const Program& program) {
   train->add_option("--eval_interval", t.eval_interval, "also report valid bpc every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
   train->add_option("--save_every", t.save_every, "also write the latest state every N steps, in [0, 1e12] (0: epoch ends only)")->capture_default_str();
 
-  EvalOptions e = program.eval;
-  auto* eval = app.add_subcommand("eval", "Loss and bits per character (perplexity for words) of a checkpoint on a split");
+  return cmd;
+}
+
+// `eval`: a checkpoint's loss on a split.
+Subcommand add_eval(CLI::App& app, EvalOptions& e) {
+  Subcommand cmd;
+  CLI::App* eval = cmd.app =
+      app.add_subcommand("eval", "Loss and bits per character (perplexity for words) of a checkpoint on a split");
   eval->add_option("--checkpoint", e.checkpoint, "model checkpoint")->required();
   eval->add_option("--data", e.data, "folder with ptb.*.txt")->capture_default_str();
   eval->add_option("--split", e.split, "train, valid or test")->capture_default_str();
-  auto* eval_seq_len =
+  cmd.seq_len =
       eval->add_option("--seq_len", e.seq_len, "window length, in [1, 1000000] (an LSTM carrying its state: --validseqlen)")
           ->capture_default_str();
-  auto* eval_validseqlen =
+  cmd.validseqlen =
       eval->add_option("--validseqlen", e.validseqlen, "scored positions per window, in [1, --seq_len]")->capture_default_str();
   eval->add_option("--lstm_state", e.lstm_state,
                    "an LSTM: carry (the state passes from window to window through the whole split) or reset (every "
@@ -146,8 +158,13 @@ int run_cli(int argc, char** argv, const Program& program) {
   eval->add_option("--threads", e.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
   add_foreign_options(eval, e.vocab_file, e.allow_extra);
 
-  GenerateOptions g;
-  auto* gen = app.add_subcommand("generate", "Sample characters (words, for a word model) from a checkpoint after a prompt");
+  return cmd;
+}
+
+// `generate`: sampling after a prompt.
+CLI::App* add_generate(CLI::App& app, GenerateOptions& g) {
+  CLI::App* gen =
+      app.add_subcommand("generate", "Sample characters (words, for a word model) from a checkpoint after a prompt");
   gen->add_option("--checkpoint", g.checkpoint, "model checkpoint")->required();
   gen->add_option("--prompt", g.prompt, "text to start from")->capture_default_str();
   gen->add_option("-n,--chars", g.n, "characters (words) to generate, in [0, 100000000]")->capture_default_str();
@@ -159,8 +176,13 @@ int run_cli(int argc, char** argv, const Program& program) {
       ->capture_default_str();
   add_foreign_options(gen, g.vocab_file, g.allow_extra);
 
-  BenchOptions b;
-  auto* bench = app.add_subcommand("bench", "Time training steps of both character models (and PyTorch's, when installed)");
+  return gen;
+}
+
+// `bench`: training steps of both character models timed, against PyTorch's.
+CLI::App* add_bench(CLI::App& app, const Program& program, BenchOptions& b) {
+  CLI::App* bench =
+      app.add_subcommand("bench", "Time training steps of both character models (and PyTorch's, when installed)");
   bench->group(program.bench ? "Subcommands" : "");  // hidden where the program's models are not the ones benched
   bench->add_option("--model", b.model, "tcn, lstm or both")->capture_default_str()->check(CLI::IsMember({"tcn", "lstm", "both"}));
   bench->add_option("--steps", b.steps, "timed steps, in [1, 1000000]")->capture_default_str();
@@ -193,6 +215,20 @@ int run_cli(int argc, char** argv, const Program& program) {
   bench->add_option("--python", b.python, "Python with PyTorch")->capture_default_str();
   bench->add_option("--generate_chars", b.generate_chars, "characters for the generation benchmark, in [0, 100000000] (0: skip)")->capture_default_str();
 
+  return bench;
+}
+
+int run_cli(int argc, char** argv, const Program& program) {
+  CLI::App app{program.description, program.name};
+  app.require_subcommand(1);
+  TrainOptions t = program.train;
+  EvalOptions e = program.eval;
+  GenerateOptions g;
+  BenchOptions b;
+  const Subcommand train = add_train(app, program, t), eval = add_eval(app, e);
+  CLI::App* gen = add_generate(app, g);
+  CLI::App* bench = add_bench(app, program, b);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& ex) {
@@ -203,14 +239,14 @@ int run_cli(int argc, char** argv, const Program& program) {
   }
   try {
     // -1 is run_train's "not given" (the model's default); a value given here is checked.
-    if (nhid->count() > 0) limits::check("--nhid", t.nhid, 1, limits::kMaxWidth);
-    if (*train && carries_state(t.model, t.lstm_state))
-      carry_windows(t.seq_len, t.validseqlen, seq_len->count() > 0, validseqlen->count() > 0);
-    e.seq_len_given = eval_seq_len->count() > 0;
-    e.validseqlen_given = eval_validseqlen->count() > 0;
+    if (train.nhid->count() > 0) limits::check("--nhid", t.nhid, 1, limits::kMaxWidth);
+    if (*train.app && carries_state(t.model, t.lstm_state))
+      carry_windows(t.seq_len, t.validseqlen, train.seq_len->count() > 0, train.validseqlen->count() > 0);
+    e.seq_len_given = eval.seq_len->count() > 0;
+    e.validseqlen_given = eval.validseqlen->count() > 0;
     int rc = 0;
-    if (*train) rc = run_train(t);
-    else if (*eval) rc = run_eval(e);
+    if (*train.app) rc = run_train(t);
+    else if (*eval.app) rc = run_eval(e);
     else if (*gen) rc = run_generate(g);
     else if (*bench) {
       TCN_CHECK(program.bench, "bench times the character models: use charlm bench");

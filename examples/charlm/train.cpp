@@ -244,6 +244,48 @@ void TrainRun::end_epoch(bool full_epoch) {
   }
 }
 
+// The three splits as streams: train in --batch_size streams, valid and test in
+// --eval_batch_size (rows: streams, columns: tokens).
+struct Splits {
+  Tensor train, valid, test;
+};
+Splits batchify_splits(const TrainOptions& o, const Corpus& corpus) {
+  return {batchify(corpus.vocab.encode(corpus.train, o.data + "/ptb.train.txt"), o.batch_size, o.seq_len,
+                   "ptb.train.txt"),
+          batchify(corpus.vocab.encode(corpus.valid, o.data + "/ptb.valid.txt"), o.eval_batch_size, o.seq_len,
+                   "ptb.valid.txt"),
+          batchify(corpus.vocab.encode(corpus.test, o.data + "/ptb.test.txt"), o.eval_batch_size, o.seq_len,
+                   "ptb.test.txt")};
+}
+
+// The run's first lines: the model, the data and its windows, where a resumed run starts.
+void say_run(const Console& say, const TrainOptions& o, const nn::CharLM& model, const Corpus& corpus, Tokens kind,
+             const Device& device, const Tensor& train, size_t windows_per_epoch, const TrainState& st) {
+  say("train | model %s | tokens %s | %lld parameters | vocab %lld | device %s | threads %d | precision %s%s\n",
+      o.model.c_str(), o.tokens.c_str(), static_cast<long long>(model.num_parameters()),
+      static_cast<long long>(corpus.vocab.size()), device.str().c_str(), num_threads(), o.precision.c_str(),
+      precision_note(o.precision, device).c_str());
+  say("data %s: train %lld %s -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)%s\n",
+      o.data.c_str(), static_cast<long long>(train.numel()), rate_unit(kind), static_cast<long long>(o.batch_size),
+      static_cast<long long>(train.size(1)), windows_per_epoch, static_cast<long long>(o.seq_len),
+      static_cast<long long>(o.validseqlen),
+      o.model != "lstm"                      ? ""
+      : carries_state(o.model, o.lstm_state) ? "; the LSTM's state carried from window to window (--lstm_state carry)"
+                                             : "; every window from a zero state (--lstm_state reset)");
+  if (!o.resume.empty())
+    say("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(), static_cast<long long>(st.epoch),
+        static_cast<long long>(st.next_batch), static_cast<long long>(st.step));
+}
+
+// The training step's policies from the flags (nn/trainer.h).
+nn::TrainerOptions trainer_options(const TrainOptions& o, const Tensor& train_src, dist::Comm& comm, bool say, bool tty) {
+  return {.clip = o.clip, .graph = parse_graph_mode(o.cuda_graph), .graph_batch = {train_src.size(0), o.seq_len},
+          .graph_batch_options = train_src.options(), .comm = &comm, .profile_steps = o.profile, .trace = o.trace,
+          .debug_sync = o.debug_sync, .stop_on_signals = true, .say = say, .tty = tty,
+          .bad_loss_note = "stopping before the update. " +
+                           (o.save.empty() ? std::string("") : "The last checkpoint " + last_path(o.save) + " is intact.")};
+}
+
 }  // namespace
 
 int run_train(TrainOptions o) {
@@ -261,31 +303,13 @@ int run_train(TrainOptions o) {
 
   const Tokens kind = parse_tokens(o.tokens);
   Corpus corpus = load_corpus(o.data, kind);
-  Tensor train = batchify(corpus.vocab.encode(corpus.train, o.data + "/ptb.train.txt"), o.batch_size, o.seq_len,
-                          "ptb.train.txt");
-  Tensor valid = batchify(corpus.vocab.encode(corpus.valid, o.data + "/ptb.valid.txt"), o.eval_batch_size,
-                          o.seq_len, "ptb.valid.txt");
-  Tensor test = batchify(corpus.vocab.encode(corpus.test, o.data + "/ptb.test.txt"), o.eval_batch_size, o.seq_len,
-                         "ptb.test.txt");
+  const Splits data = batchify_splits(o, corpus);
+  const Tensor& train = data.train;
   const std::vector<Window> wins = windows(train.size(1), o.seq_len, o.validseqlen);
   TrainStart start = start_training(o, corpus, wins.size(), device);
   nn::CharLM& model = *start.model;
   TrainState& st = start.state;
-
-  say("train | model %s | tokens %s | %lld parameters | vocab %lld | device %s | threads %d | precision %s%s\n",
-      o.model.c_str(), o.tokens.c_str(), static_cast<long long>(model.num_parameters()),
-      static_cast<long long>(corpus.vocab.size()), device.str().c_str(), num_threads(), o.precision.c_str(),
-      precision_note(o.precision, device).c_str());
-  say("data %s: train %lld %s -> %lld streams x %lld, %zu windows/epoch (seq_len %lld, validseqlen %lld)%s\n",
-      o.data.c_str(), static_cast<long long>(train.numel()), rate_unit(kind), static_cast<long long>(o.batch_size),
-      static_cast<long long>(train.size(1)), wins.size(), static_cast<long long>(o.seq_len),
-      static_cast<long long>(o.validseqlen),
-      o.model != "lstm"           ? ""
-      : carries_state(o.model, o.lstm_state) ? "; the LSTM's state carried from window to window (--lstm_state carry)"
-                                  : "; every window from a zero state (--lstm_state reset)");
-  if (!o.resume.empty())
-    say("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(), static_cast<long long>(st.epoch),
-        static_cast<long long>(st.next_batch), static_cast<long long>(st.step));
+  say_run(say, o, model, corpus, kind, device, train, wins.size(), st);
   // The training split on the device once, so a batch is a slice of it there.
   // Data-parallel: this rank's equal share of the streams; dropout draws its
   // slice of the whole batch's masks (Generator::set_shard), so N ranks draw
@@ -301,7 +325,8 @@ int run_train(TrainOptions o) {
     carry->set_shard(rank * local_batch, o.batch_size);
     if (st.next_batch > 0) carry->load(start.carried, "--resume " + o.resume);
   }
-  TrainRun run(o, model, *start.opt, corpus.vocab, st, valid, test, wins.size(), writer, carry ? &*carry : nullptr);
+  TrainRun run(o, model, *start.opt, corpus.vocab, st, data.valid, data.test, wins.size(), writer,
+               carry ? &*carry : nullptr);
   const int64_t hist = o.seq_len - o.validseqlen;  // the history each window reads before the positions it scores
   nn::Trainer trainer;
   trainer.setup(model, *start.opt, device,
@@ -310,14 +335,7 @@ int run_train(TrainOptions o) {
                   const int64_t scored = b.input.size(1) - hist;  // the last `scored` positions only
                   return cross_entropy(model.forward(b.input, scored), b.target.narrow(1, hist, scored));
                 },
-                nn::TrainerOptions{.clip = o.clip, .graph = parse_graph_mode(o.cuda_graph),
-                               .graph_batch = {train_src.size(0), o.seq_len}, .graph_batch_options = train_src.options(),
-                               .comm = &comm, .profile_steps = o.profile, .trace = o.trace, .debug_sync = o.debug_sync,
-                               .stop_on_signals = true, .say = say.on, .tty = run.tty(),
-                               .bad_loss_note = "stopping before the update. " +
-                                                (o.save.empty() ? std::string("")
-                                                                : "The last checkpoint " + last_path(o.save) + " is intact.")},
-                st.step);
+                trainer_options(o, train_src, comm, say.on, run.tty()), st.step);
   if (comm.launched())
     say("data-parallel: %d processes (%s), %lld of the %lld streams each, gradients all-reduced in %lld buckets (%s)\n",
         world, comm.launcher().c_str(), static_cast<long long>(local_batch), static_cast<long long>(o.batch_size),

@@ -211,6 +211,49 @@ nn::TCNOptions tcn_options(const TaskSetup& t) {
   return opts;
 }
 
+// For tools/reference/check_tasks.py: the weights before any step (--save_init)
+// and the samples the `planned` steps will read (--dump_batches).
+void save_reference_inputs(const TaskSetup& t, TaskTCN& model, const nn::TCNOptions& topts, int64_t planned) {
+  const CommonOptions& o = t.opts;
+  if (!o.save_init.empty()) {
+    const nlohmann::json cfg = {{"task", t.program},    {"inputs", t.inputs}, {"outputs", t.outputs},
+                                {"nhid", o.nhid},       {"levels", o.levels}, {"ksize", o.ksize},
+                                {"dropout", o.dropout}, {"optim", o.optim},   {"lr", o.lr},
+                                {"clip", o.clip},       {"tcn", topts.to_json()}};
+    nn::save_safetensors(o.save_init, model.named_parameters(), {{"config", cfg.dump()}});
+  }
+  if (!o.dump_batches.empty()) {
+    const int64_t n = t.train.size(), B = o.batch_size;
+    const Dataset d = t.train.slice(0, std::min(n, planned * B));
+    nn::save_safetensors(o.dump_batches, {{"x", d.x.contiguous()}, {"y", d.y.contiguous()}},
+                         {{"batch_size", std::to_string(B)}});
+  }
+}
+
+// The run's header: the data, the TCN, the optimizer, the device; then the TCN
+// options that differ from locuslab's TCN.
+void say_header(const TaskSetup& t, const TaskTCN& model, const nn::TCNOptions& topts, const Dataset& train,
+                const Dataset& test, const Device& device) {
+  const CommonOptions& o = t.opts;
+  char clip[32] = "off";
+  if (o.clip > 0) std::snprintf(clip, sizeof clip, "%g", o.clip);
+  const nlohmann::json locuslab = nn::TemporalConvNet::options(t.inputs, topts.num_channels, topts.kernel_size,
+                                                               topts.dropout).to_json();
+  const nlohmann::json options = topts.to_json();
+  nlohmann::json changed = nlohmann::json::object();
+  for (const auto& [key, v] : options.items())
+    if (locuslab[key] != v) changed[key] = v;
+  std::printf("%s: %lld training and %lld test sequences of length %lld; TCN of %lld levels x %lld channels, kernel "
+              "%lld (receptive field %lld), %lld parameters; %s lr %g, clip %s; %s\n",
+              t.program, static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+              static_cast<long long>(train.x.size(1)), static_cast<long long>(topts.num_channels.size()),
+              static_cast<long long>(topts.num_channels.back()), static_cast<long long>(topts.kernel_size),
+              static_cast<long long>(model.tcn->receptive_field()), static_cast<long long>(model.num_parameters()),
+              o.optim.c_str(), o.lr, clip, device.str().c_str());
+  if (!changed.empty()) std::printf("%s: TCN options other than locuslab's: %s\n", t.program, changed.dump().c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 RunPlan plan_run(const TaskSetup& t) {
@@ -236,42 +279,12 @@ int train(TaskSetup& t, const RunPlan& plan) {
   const int64_t per_epoch = (n + B - 1) / B;  // the last batch may be shorter, as in the reference
   const int64_t planned = o.max_steps > 0 ? std::min(o.max_steps, o.epochs * per_epoch) : o.epochs * per_epoch;
 
-  // For tools/reference/check_tasks.py: the weights before any step, and the samples the steps will read.
-  if (!o.save_init.empty()) {
-    const nlohmann::json cfg = {{"task", prog},         {"inputs", t.inputs}, {"outputs", t.outputs},
-                                {"nhid", o.nhid},       {"levels", o.levels}, {"ksize", o.ksize},
-                                {"dropout", o.dropout}, {"optim", o.optim},   {"lr", o.lr},
-                                {"clip", o.clip},       {"tcn", topts.to_json()}};
-    nn::save_safetensors(o.save_init, model.named_parameters(), {{"config", cfg.dump()}});
-  }
-  if (!o.dump_batches.empty()) {
-    const Dataset d = t.train.slice(0, std::min(n, planned * B));
-    nn::save_safetensors(o.dump_batches, {{"x", d.x.contiguous()}, {"y", d.y.contiguous()}},
-                         {{"batch_size", std::to_string(B)}});
-  }
+  save_reference_inputs(t, model, topts, planned);
 
   model.to(device);
   const Dataset train = t.train.to(device), test = t.test.to(device);
   std::unique_ptr<nn::Optimizer> opt = make_optimizer(o.optim, model.parameters(), o.lr);
-  char clip_buf[32] = "off";
-  if (o.clip > 0) std::snprintf(clip_buf, sizeof clip_buf, "%g", o.clip);
-  const std::string clip = clip_buf;
-  // The options that differ from locuslab's TCN, for the header line.
-  const nlohmann::json locuslab = nn::TemporalConvNet::options(t.inputs, topts.num_channels, topts.kernel_size,
-                                                               topts.dropout).to_json();
-  const nlohmann::json options = topts.to_json();
-  nlohmann::json changed = nlohmann::json::object();
-  for (const auto& [key, v] : options.items())
-    if (locuslab[key] != v) changed[key] = v;
-  std::printf("%s: %lld training and %lld test sequences of length %lld; TCN of %lld levels x %lld channels, kernel "
-              "%lld (receptive field %lld), %lld parameters; %s lr %g, clip %s; %s\n",
-              prog, static_cast<long long>(n), static_cast<long long>(test.size()),
-              static_cast<long long>(train.x.size(1)), static_cast<long long>(topts.num_channels.size()),
-              static_cast<long long>(topts.num_channels.back()), static_cast<long long>(topts.kernel_size),
-              static_cast<long long>(model.tcn->receptive_field()), static_cast<long long>(model.num_parameters()),
-              o.optim.c_str(), o.lr, clip.c_str(), device.str().c_str());
-  if (!changed.empty()) std::printf("%s: TCN options other than locuslab's: %s\n", prog, changed.dump().c_str());
-  std::fflush(stdout);
+  say_header(t, model, topts, train, test, device);
 
   MetricsCsv csv(metrics);
   const auto t_start = Clock::now();
