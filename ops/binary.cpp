@@ -1,5 +1,7 @@
 // add, sub, mul, div (and add_relu) with NumPy broadcasting. Backward sums each gradient back
 // to its input's shape (sum_to), the inverse of broadcasting.
+#include <functional>
+
 #include "cuda/kernels.h"
 #include "ops/cpu_map.h"
 #include "ops/dispatch.h"
@@ -107,6 +109,25 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// glu's backward, from the halves a and b of its input: d/da = g sigmoid(b);
+// d/db = g a sigmoid(b) (1 - sigmoid(b)).
+static TensorList glu_backward(const Tensor& a, const Tensor& b, const TensorList& grad_outputs) {
+  const Tensor& g = grad_outputs[0];
+  if (g.device().is_cuda()) {  // composed from ops on a GPU
+    const Tensor s = sigmoid(b), ga = mul(g, s);
+    return {cat({ga, mul(mul(ga, a), 1.0 - s)}, -1)};
+  }
+  // On the CPU one pass per half, straight into the halves of the gradient.
+  Shape shape = a.shape();
+  shape.back() *= 2;
+  Tensor gx = empty(shape, a.options());
+  const int64_t C = a.size(-1);
+  profile::add_bytes(7 * nbytes(a));
+  cpu_apply("glu", gx.narrow(-1, 0, C), fn::GluGradA{}, g, b);
+  cpu_apply("glu", gx.narrow(-1, C, C), fn::GluGradB{}, g, a, b);
+  return {gx};
+}
+
 // The gated linear unit over the last dim (torch.nn.functional.glu(x, dim=-1)):
 // x [..., 2C] split into halves a and b, y = a * sigmoid(b), one pass. It is the
 // gate of pytorch-tcn's TemporalBlock (use_gate), over the channels.
@@ -117,23 +138,7 @@ Tensor glu(const Tensor& x) {
   const int64_t C = x.size(-1) / 2;
   const Tensor a = x.detach().narrow(-1, 0, C), b = x.detach().narrow(-1, C, C);
   Tensor out = binary_forward("glu", a, b, fn::GluProduct{}, cuda::BinaryOp::GluProduct);
-  if (autograd::needs_grad({x}))
-    autograd::record("glu", {x}, {out}, [a, b](const TensorList& g) {
-      // d/da = g sigmoid(b); d/db = g a sigmoid(b) (1 - sigmoid(b)).
-      if (g[0].device().is_cuda()) {  // composed from ops on a GPU
-        const Tensor s = sigmoid(b), ga = mul(g[0], s);
-        return TensorList{cat({ga, mul(mul(ga, a), 1.0 - s)}, -1)};
-      }
-      // On the CPU one pass per half, straight into the halves of the gradient.
-      Shape shape = a.shape();
-      shape.back() *= 2;
-      Tensor gx = empty(shape, a.options());
-      const int64_t C = a.size(-1);
-      profile::add_bytes(7 * nbytes(a));
-      cpu_apply("glu", gx.narrow(-1, 0, C), fn::GluGradA{}, g[0], b);
-      cpu_apply("glu", gx.narrow(-1, C, C), fn::GluGradB{}, g[0], a, b);
-      return TensorList{gx};
-    });
+  if (autograd::needs_grad({x})) autograd::record("glu", {x}, {out}, std::bind_front(glu_backward, a, b));
   return out;
 }
 

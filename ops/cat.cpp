@@ -1,8 +1,22 @@
 // cat: joins tensors along one dim by copying each into its slice of the output.
+#include <functional>
+#include <vector>
+
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
 namespace tcn {
+
+// cat's backward: the output's gradient cut back into the inputs' pieces along `dim`.
+static TensorList cat_backward(int64_t dim, const std::vector<int64_t>& sizes, const TensorList& grad_outputs) {
+  TensorList grads;
+  int64_t start = 0;
+  for (int64_t n : sizes) {
+    grads.push_back(grad_outputs[0].narrow(dim, start, n));
+    start += n;
+  }
+  return grads;
+}
 
 Tensor cat(const TensorList& xs, int64_t dim_in) {
   const profile::Op range("cat");
@@ -31,15 +45,7 @@ Tensor cat(const TensorList& xs, int64_t dim_in) {
     at += x.size(dim);
   }
   if (autograd::needs_grad(xs))
-    autograd::record("cat", xs, {out}, [dim, sizes](const TensorList& g) {
-      TensorList grads;
-      int64_t start = 0;
-      for (int64_t n : sizes) {
-        grads.push_back(g[0].narrow(dim, start, n));
-        start += n;
-      }
-      return grads;
-    });
+    autograd::record("cat", xs, {out}, std::bind_front(cat_backward, dim, sizes));
   return out;
 }
 

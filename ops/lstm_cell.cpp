@@ -4,6 +4,7 @@
 //   c = f * c_prev + i * g,  h = o * tanh(c)
 // Fused so a step is one node on the tape instead of a dozen.
 #include <cmath>
+#include <functional>
 
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -16,6 +17,35 @@ T sigm(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 }  // namespace
+
+// lstm_cell's backward, from the gate activations, c_prev and c: the gradients
+// of the pre-activation gates and of c_prev.
+static TensorList lstm_cell_backward(const Tensor& act, const Tensor& c_prev, const Tensor& c,
+                                     const TensorList& grad_outputs) {
+  const int64_t B = c.size(0), H = c.size(1);
+  Tensor dh = grad_outputs[0].contiguous(), dc_in = grad_outputs[1].contiguous();
+  Tensor dgates = empty({B, 4 * H}, c.options()), dc_prev = empty({B, H}, c.options());
+  dispatch_float(c.dtype(), "lstm_cell backward", [&]<class T>() {
+    const T *ac = act.data<T>(), *cp = c_prev.data<T>(), *cc = c.data<T>();
+    const T *dhp = dh.data<T>(), *dcp = dc_in.data<T>();
+    T *dg = dgates.data<T>(), *dcpv = dc_prev.data<T>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 0; k < H; ++k) {
+        const T* acb = ac + b * 4 * H;
+        T* dgb = dg + b * 4 * H;
+        const int64_t e = b * H + k;
+        T i = acb[k], f = acb[H + k], gg = acb[2 * H + k], o = acb[3 * H + k];
+        T tc = std::tanh(cc[e]);
+        T dc = dcp[e] + dhp[e] * o * (T(1) - tc * tc);
+        dgb[k] = dc * gg * i * (T(1) - i);
+        dgb[H + k] = dc * cp[e] * f * (T(1) - f);
+        dgb[2 * H + k] = dc * i * (T(1) - gg * gg);
+        dgb[3 * H + k] = dhp[e] * tc * o * (T(1) - o);
+        dcpv[e] = dc * f;
+      }
+  });
+  return {dgates, dc_prev};
+}
 
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates_in, const Tensor& c_prev_in) {
   const profile::Op range("lstm_cell");
@@ -52,31 +82,8 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& gates_in, const Tensor& c_prev
       }
   });
   if (autograd::needs_grad({gates_in, c_prev_in}))
-    autograd::record("lstm_cell", {gates_in, c_prev_in}, {h, c}, [act, c_prev, c = c.detach()](const TensorList& g) {
-      const int64_t B = c.size(0), H = c.size(1);
-      Tensor dh = g[0].contiguous(), dc_in = g[1].contiguous();
-      Tensor dgates = empty({B, 4 * H}, c.options()), dc_prev = empty({B, H}, c.options());
-      dispatch_float(c.dtype(), "lstm_cell backward", [&]<class T>() {
-        const T *ac = act.data<T>(), *cp = c_prev.data<T>(), *cc = c.data<T>();
-        const T *dhp = dh.data<T>(), *dcp = dc_in.data<T>();
-        T *dg = dgates.data<T>(), *dcpv = dc_prev.data<T>();
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t k = 0; k < H; ++k) {
-            const T* acb = ac + b * 4 * H;
-            T* dgb = dg + b * 4 * H;
-            const int64_t e = b * H + k;
-            T i = acb[k], f = acb[H + k], gg = acb[2 * H + k], o = acb[3 * H + k];
-            T tc = std::tanh(cc[e]);
-            T dc = dcp[e] + dhp[e] * o * (T(1) - tc * tc);
-            dgb[k] = dc * gg * i * (T(1) - i);
-            dgb[H + k] = dc * cp[e] * f * (T(1) - f);
-            dgb[2 * H + k] = dc * i * (T(1) - gg * gg);
-            dgb[3 * H + k] = dhp[e] * tc * o * (T(1) - o);
-            dcpv[e] = dc * f;
-          }
-      });
-      return TensorList{dgates, dc_prev};
-    });
+    autograd::record("lstm_cell", {gates_in, c_prev_in}, {h, c},
+                     std::bind_front(lstm_cell_backward, act, c_prev, c.detach()));
   return {h, c};
 }
 

@@ -4,6 +4,7 @@
 // leading dims add whole rows instead. Either way the summation order does not
 // depend on the number of threads.
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "cuda/kernels.h"
@@ -162,6 +163,28 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return mul(sum(x, dims, keepdim), 1.0 / static_cast<double>(count));
 }
 
+// max's backward: each output gradient routed to the position of its maximum
+// (on the host: max is not on any training path, so its GPU backward is a round trip).
+static TensorList max_backward(const Tensor& indices, const ReducePlan& p, int64_t dim, const Shape& xs,
+                               const TensorList& grad_outputs) {
+  const Tensor& g = grad_outputs[0];
+  const Device dev = g.device();
+  Tensor gx = zeros(xs, g.options().with(Device::cpu()));
+  Tensor gc = g.to(Device::cpu()).contiguous();
+  Tensor ix_host = indices.to(Device::cpu());
+  dispatch_float(gx.dtype(), "max backward", [&]<class T>() {
+    T* out = gx.data<T>();
+    const T* gi = gc.data<T>();
+    const int64_t* ix = ix_host.data<int64_t>();
+    const int64_t st = gx.stride(dim);
+    Strides kept_st;
+    for (int64_t d = 0; d < gx.dim(); ++d)
+      if (d != dim) kept_st.push_back(gx.stride(d));
+    for (int64_t o = 0; o < numel_of(p.kept_shape); ++o) out[offset_of(o, p.kept_shape, kept_st) + ix[o] * st] += gi[o];
+  });
+  return {gx.to(dev)};
+}
+
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
   const profile::Op range("max");
   check_defined("max", x);
@@ -190,26 +213,7 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim_in, bool keepdim) {
     }
   });
   if (autograd::needs_grad({x}))
-    autograd::record("max", {x}, {values}, [indices, p, dim, xs = x.shape()](const TensorList& g) {
-      // Route each output gradient to the position of its maximum (on the host:
-      // max is not on any training path, so its GPU backward is a round trip).
-      const Device dev = g[0].device();
-      Tensor gx = zeros(xs, g[0].options().with(Device::cpu()));
-      Tensor gc = g[0].to(Device::cpu()).contiguous();
-      Tensor ix_host = indices.to(Device::cpu());
-      dispatch_float(gx.dtype(), "max backward", [&]<class T>() {
-        T* out = gx.data<T>();
-        const T* gi = gc.data<T>();
-        const int64_t* ix = ix_host.data<int64_t>();
-        const int64_t st = gx.stride(dim);
-        Strides kept_st;
-        for (int64_t d = 0; d < gx.dim(); ++d)
-          if (d != dim) kept_st.push_back(gx.stride(d));
-        for (int64_t o = 0; o < numel_of(p.kept_shape); ++o)
-          out[offset_of(o, p.kept_shape, kept_st) + ix[o] * st] += gi[o];
-      });
-      return TensorList{gx.to(dev)};
-    });
+    autograd::record("max", {x}, {values}, std::bind_front(max_backward, indices, p, dim, x.shape()));
   return {values, indices};
 }
 

@@ -10,6 +10,7 @@
 //     dg_o  = s / n
 //     dv_ok = (g_o / n) dw_ok - (g_o s / n^3) v_ok
 #include <cmath>
+#include <functional>
 
 #include "cuda/kernels.h"
 #include "ops/dispatch.h"
@@ -47,6 +48,29 @@ void weight_norm_backward_cpu(T* dv, T* dg, const T* dw, const T* v, const T* g,
   }
 }
 
+// What weight_norm's backward keeps: v, g, each row's norm, which gradients.
+struct WeightNormSaved {
+  Tensor v, g, norm;
+  bool need_v, need_g;
+  int64_t R, C;
+};
+
+// weight_norm's backward: the gradient of w = g * v / ||v|| into those of v and g.
+TensorList weight_norm_backward(const WeightNormSaved& s, const TensorList& grads) {
+  Tensor dw = grads[0].contiguous();
+  Tensor dv = s.need_v ? empty(s.v.shape(), s.v.options()) : Tensor();
+  Tensor dg = s.need_g ? empty(s.g.shape(), s.g.options()) : Tensor();
+  if (s.v.device().is_cuda()) {
+    TCN_CUDA_OP("weight_norm backward", cuda::weight_norm_backward(dv, dg, dw, s.v, s.g, s.norm));
+  } else {
+    dispatch_float(s.v.dtype(), "weight_norm backward", [&]<class T>() {
+      weight_norm_backward_cpu<T>(s.need_v ? dv.data<T>() : nullptr, s.need_g ? dg.data<T>() : nullptr, dw.data<T>(),
+                                  s.v.data<T>(), s.g.data<T>(), s.norm.data<double>(), s.R, s.C);
+    });
+  }
+  return {dv, dg};
+}
+
 }  // namespace
 
 Tensor weight_norm(const Tensor& v_in, const Tensor& g_in) {
@@ -73,20 +97,8 @@ Tensor weight_norm(const Tensor& v_in, const Tensor& g_in) {
   }
   if (autograd::needs_grad({v_in, g_in})) {
     const bool need_v = v_in.requires_grad(), need_g = g_in.requires_grad();
-    autograd::record("weight_norm", {v_in, g_in}, {w}, [v, g, norm, need_v, need_g, R, C](const TensorList& grads) {
-      Tensor dw = grads[0].contiguous();
-      Tensor dv = need_v ? empty(v.shape(), v.options()) : Tensor();
-      Tensor dg = need_g ? empty(g.shape(), g.options()) : Tensor();
-      if (v.device().is_cuda()) {
-        TCN_CUDA_OP("weight_norm backward", cuda::weight_norm_backward(dv, dg, dw, v, g, norm));
-      } else {
-        dispatch_float(v.dtype(), "weight_norm backward", [&]<class T>() {
-          weight_norm_backward_cpu<T>(need_v ? dv.data<T>() : nullptr, need_g ? dg.data<T>() : nullptr, dw.data<T>(),
-                                      v.data<T>(), g.data<T>(), norm.data<double>(), R, C);
-        });
-      }
-      return TensorList{dv, dg};
-    });
+    autograd::record("weight_norm", {v_in, g_in}, {w},
+                     std::bind_front(weight_norm_backward, WeightNormSaved{v, g, norm, need_v, need_g, R, C}));
   }
   return w;
 }
