@@ -11,11 +11,7 @@
 #include "cli.h"
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
-#include <charconv>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "bench.h"
@@ -229,45 +225,19 @@ int run_cli(int argc, char** argv, const Program& program) {
   CLI::App* gen = add_generate(app, g);
   CLI::App* bench = add_bench(app, program, b);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& ex) {
-    // --help and friends print as CLI11 does; a bad command line is one line.
-    if (ex.get_exit_code() == 0) return app.exit(ex);
-    program::print_error(program.name, std::string(ex.what()) + " (see --help)");
-    return ex.get_exit_code();
-  }
-  try {
+  return program::run(program.name, app, argc, argv, [&] {
     // -1 is run_train's "not given" (the model's default); a value given here is checked.
     if (train.nhid->count() > 0) limits::check("--nhid", t.nhid, 1, limits::kMaxWidth);
     if (*train.app && carries_state(t.model, t.lstm_state))
       carry_windows(t.seq_len, t.validseqlen, train.seq_len->count() > 0, train.validseqlen->count() > 0);
     e.seq_len_given = eval.seq_len->count() > 0;
     e.validseqlen_given = eval.validseqlen->count() > 0;
-    int rc = 0;
-    if (*train.app) rc = run_train(t);
-    else if (*eval.app) rc = run_eval(e);
-    else if (*gen) rc = run_generate(g);
-    else if (*bench) {
-      TCN_CHECK(program.bench, "bench times the character models: use charlm bench");
-      rc = run_bench(b, argv[0]);
-    }
-    // Output that could not be written (e.g. stdout on a full disk) is a failure too.
-    errno = 0;
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      program::print_error(program.name, std::string("cannot write to standard output") +
-                  (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
-      return 1;
-    }
-    return rc;
-  } catch (const std::exception& ex) {
-    std::fflush(stdout);
-    program::print_error(program.name, ex.what());
-    // In a data-parallel run the other ranks would wait for this one forever:
-    // end them all (Comm::abort returns only when there are no others).
-    if (tcn::dist::Comm* comm = tcn::dist::Comm::existing()) comm->abort(1);
-    return 1;
-  }
+    if (*train.app) return run_train(t);
+    if (*eval.app) return run_eval(e);
+    if (*gen) return run_generate(g);
+    TCN_CHECK(program.bench, "bench times the character models: use charlm bench");
+    return run_bench(b, argv[0]);
+  });
 }
 
 }  // namespace charlm

@@ -1,11 +1,6 @@
 #include "train_setup.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 
 #include "flags.h"
 #include "model_file.h"

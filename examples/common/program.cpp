@@ -30,6 +30,34 @@ void print_error(const char* program, std::string msg) {
     std::fprintf(stderr, "%s: error: %s\n", program, msg.c_str());
 }
 
+int run(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& ex) {
+    if (ex.get_exit_code() == 0) return app.exit(ex);  // --help and friends
+    print_error(program, std::string(ex.what()) + " (see --help)");
+    return ex.get_exit_code();
+  }
+  try {
+    const int rc = body();
+    // Output that could not be written (e.g. stdout on a full disk) is a failure too.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      print_error(program, std::string("cannot write to standard output") +
+                               (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
+      return 1;
+    }
+    return rc;
+  } catch (const std::exception& ex) {
+    std::fflush(stdout);
+    print_error(program, ex.what());
+    // In a data-parallel run the other ranks would wait for this one forever:
+    // end them all (Comm::abort returns only when there are no others).
+    if (dist::Comm* comm = dist::Comm::existing()) comm->abort(1);
+    return 1;
+  }
+}
+
 // A seed: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
 const CLI::Validator kSeed(
     [](std::string& v) -> std::string {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 
 #include "core/device.h"
@@ -14,6 +15,12 @@ namespace program {
 // "PROGRAM: error: MESSAGE" on stderr as one line, whatever the message holds
 // (under MPI: "[rank R of N]" first).
 void print_error(const char* program, std::string msg);
+
+// Parses the command line into `app`, then runs `body` and returns its exit
+// status. --help prints as CLI11 does; a bad command line, an error `body`
+// throws, or standard output that could not be written (a full disk) is one
+// line on stderr and a non-zero status. Under MPI, an error ends every rank.
+int run(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // A --seed check: a decimal integer in [0, 2^64 - 1] (CLI11 alone would wrap -5 around).
 extern const CLI::Validator kSeed;

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "common.h"
+#include "examples/common/program.h"
 #include "ops/ops.h"
 
 namespace {
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--seq_len", seq_len, "sequence length T, in [2, 1000000]")->capture_default_str();
   tasks::add_common_flags(app, o);
 
-  return tasks::run_main("adding", app, argc, argv, [&] {
+  return program::run("adding", app, argc, argv, [&] {
     tasks::check("--seq_len", seq_len, 2, kMaxSeqLen);
     tasks::check_common_flags(o);
     task.inputs = 2, task.outputs = 1;

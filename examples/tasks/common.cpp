@@ -94,30 +94,6 @@ void check_common_flags(const CommonOptions& o) {
   check("--test_size", o.test_size, 1, kMaxSamples);
 }
 
-int run_main(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& ex) {
-    if (ex.get_exit_code() == 0) return app.exit(ex);  // --help
-    program::print_error(program, std::string(ex.what()) + " (see --help)");
-    return ex.get_exit_code();
-  }
-  try {
-    const int rc = body();
-    errno = 0;
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      program::print_error(program, std::string("cannot write to standard output") +
-                               (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
-      return 1;
-    }
-    return rc;
-  } catch (const std::exception& ex) {
-    std::fflush(stdout);
-    program::print_error(program, ex.what());
-    return 1;
-  }
-}
-
 std::vector<int64_t> random_ints(int64_t count, int64_t n, Generator& gen) {
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(count));

@@ -55,9 +55,6 @@ void check_common_flags(const CommonOptions& o);
 void check(const char* flag, int64_t v, int64_t lo, int64_t hi, const char* note = "");
 void check_real(const char* flag, double v, double lo, double hi, bool lo_open, bool hi_open, const char* note = "");
 
-// Parses argv into `app` and runs `body`: --help prints the help, a bad command
-// line or an exception from body is one line on stderr; returns the exit status.
-int run_main(const char* program, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // The model of both tasks, locuslab's TCN class (nn/models.h).
 using TaskTCN = tcn::nn::TaskTCN;

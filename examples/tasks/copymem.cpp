@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "common.h"
+#include "examples/common/program.h"
 #include "ops/ops.h"
 
 namespace {
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tasks::add_common_flags(app, o);
 
-  return tasks::run_main("copymem", app, argc, argv, [&] {
+  return program::run("copymem", app, argc, argv, [&] {
     tasks::check("--blank_len", blank_len, 1, kMaxLen);
     tasks::check("--seq_len", seq_len, 1, kMaxLen);
     tasks::check("--iters", iters, 1, 1000000000000);

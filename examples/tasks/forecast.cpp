@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   app.get_option("--train_size")->description("at most this many training windows, the latest (default: all)");
   app.get_option("--test_size")->description("at most this many test windows, the first (default: all)");
 
-  return tasks::run_main("forecast", app, argc, argv, [&] {
+  return program::run("forecast", app, argc, argv, [&] {
     tasks::check_common_flags(o);
     tasks::check("--window", window, 2, 100000);
     tasks::check("--horizon", horizon, 1, 1000);
