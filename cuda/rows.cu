@@ -139,7 +139,7 @@ void scatter_add_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
   int64_t* kp = static_cast<int64_t*>(keys.raw_data());
   int64_t* pp = static_cast<int64_t*>(pos.raw_data());
   {
-    ThrustScope scope;
+    [[maybe_unused]] ThrustScope scope;
     thrust::sequence(thrust_on(s), pp, pp + n);
   }
   stable_sort_by_key(s, kp, pp, n);

@@ -109,8 +109,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets_in) {
             ", got ", targets_in.shape());
   const int64_t V = logits.size(-1), N = numel_of(lead);
   TCN_CHECK(N > 0, "cross_entropy: no positions to score");
-  CrossEntropySaved saved{.N = N, .V = V, .shape = logits.shape()};
-  saved.lse = empty({N}, {DType::F64, logits.device()});
+  CrossEntropySaved saved{.x = {}, .targets = {}, .lse = empty({N}, {DType::F64, logits.device()}), .N = N, .V = V,
+                          .shape = logits.shape()};
   Tensor loss = empty({}, logits.options());
   if (logits.device().is_cuda()) {
     saved.x = logits.detach().contiguous().view({N, V});

@@ -7,6 +7,7 @@
 #include "ops/dispatch.h"
 #include "core/math/functors.h"
 #include "ops/ops.h"
+#include "ops/unary.h"
 #include "core/math/simd.h"
 
 namespace tcn {
@@ -97,6 +98,11 @@ Tensor unary(const Tensor& x, Op op) {
 }
 
 }  // namespace
+
+#define TCN_UNARY_OP_DEF(Name) \
+  Tensor unary_op(const Tensor& x, const fn::Name& op) { return unary(x, op); }
+TCN_UNARY_OPS(TCN_UNARY_OP_DEF)
+#undef TCN_UNARY_OP_DEF
 
 Tensor neg(const Tensor& x) { return unary(x, fn::Neg{}); }
 Tensor relu(const Tensor& x) { return unary(x, fn::Relu{}); }

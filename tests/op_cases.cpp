@@ -9,8 +9,11 @@
 #include "op_cases.h"
 
 #include <cmath>
+#include <sstream>
+#include <type_traits>
 
 #include "helpers.h"
+#include "ops/unary.h"
 
 namespace tcn::test {
 
@@ -67,6 +70,57 @@ Tensor distinct(DType dt) {
 
 using F = std::function<Tensor(const TensorList&)>;
 
+// A unary op's input: uniform in [-3, 3] (its domain Domain::positive: [0.2, 3]), every
+// value at least 0.1 from 0 and from the op's scalar, where the kinks are (relu and its
+// kin at 0, minimum at its scalar), so that no finite difference straddles one.
+Tensor unary_input(const Shape& shape, uint64_t seed, bool strided, fn::Domain domain, double scalar, DType dt) {
+  const bool positive = domain == fn::Domain::positive;
+  Shape stored = shape;  // strided: drawn transposed, then viewed back (as rand_tensor does)
+  if (strided) std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+  auto v = rand_tensor(stored, seed, false, positive ? 0.2 : -3.0, 3.0).to_vector<double>();
+  for (double& e : v)
+    for (double kink : {0.0, scalar})
+      if (!positive && std::abs(e - kink) < 0.1) e = kink + (e >= kink ? 0.1 : -0.1);
+  Tensor t = from_vector(v, stored).to(dt);
+  return strided ? t.transpose(-1, -2) : t;
+}
+
+// Two cases for each op of TCN_UNARY_OPS (core/math/op_lists.h): a contiguous [6, 7]
+// input and a strided [3, 4, 5] one; an op with a scalar takes 2.5 and -1.5 in turn.
+// The first carries the dtype check's message.
+template <class Op>
+void add_unary_cases(std::vector<OpCase>& cases, uint64_t seed) {
+  constexpr bool kHasScalar = !std::is_empty_v<Op>;
+  for (const bool strided : {false, true}) {
+    const double scalar = kHasScalar ? (strided ? -1.5 : 2.5) : 0.0;
+    const Op op = [&] {
+      if constexpr (kHasScalar) return Op{scalar};
+      else return Op{};
+    }();
+    const Shape shape = strided ? Shape{3, 4, 5} : Shape{6, 7};
+    std::ostringstream name;
+    name << Op::name;
+    if (kHasScalar) name << " " << scalar;
+    name << (strided ? ", [3, 4, 5] strided" : ", [6, 7]");
+    OpCase c{.name = name.str(),
+             .inputs = {made([=](DType dt) { return unary_input(shape, seed, strided, fn::domain_of<Op>(), scalar, dt); })},
+             .f = [op](const TensorList& v) { return unary_op(v[0], op); }};
+    if (!strided)
+      c.errors = {{[op] { unary_op(zeros({2}, {DType::I64}), op); },
+                   std::string(Op::name) + ": expected a float32 or float64 tensor, got int64"}};
+    cases.push_back(std::move(c));
+  }
+}
+
+std::vector<OpCase> unary() {
+  std::vector<OpCase> cases;
+  uint64_t seed = 200;
+#define TCN_UNARY_CASES(Name) add_unary_cases<fn::Name>(cases, seed++);
+  TCN_UNARY_OPS(TCN_UNARY_CASES)
+#undef TCN_UNARY_CASES
+  return cases;
+}
+
 // Elementwise ops: the first of each kind carries the kind's error messages.
 std::vector<OpCase> elementwise() {
   const Input a = in({3, 4}, 1, true), b = in({4}, 2), c = in({2, 1, 4}, 3), d = positive({3, 1}, 4);
@@ -98,37 +152,8 @@ std::vector<OpCase> elementwise() {
        .errors = {{[] { glu(zeros({2, 3})); }, "glu: the last dim must have an even size, got shape [2, 3]"}}},
       {.name = "glu of a narrowed input", .inputs = {in({2, 5, 9}, 66)},
        .f = [](auto& v) { return glu(v[0].narrow(-1, 1, 8)); }},
-      {.name = "neg", .inputs = {x}, .f = [](auto& v) { return neg(v[0]); }},
-      {.name = "relu, off the kink", .inputs = {made([](DType dt) { return off_zero({6, 7}, 9, 0.1, dt); })},
-       .f = [](auto& v) { return relu(v[0]); },
-       .errors = {{[] { relu(zeros({2}, {DType::I64})); }, "relu: expected a float32 or float64 tensor, got int64"}}},
-      // Random values: some may lie within a finite-difference step of relu's kink, so no gradcheck.
-      {.name = "relu, [3, 4, 5] strided", .inputs = {a3}, .f = [](auto& v) { return relu(v[0]); }, .gradcheck = false},
-      {.name = "tanh", .inputs = {x}, .f = [](auto& v) { return tanh(v[0]); }},
-      {.name = "sigmoid", .inputs = {x}, .f = [](auto& v) { return sigmoid(v[0]); }},
-      {.name = "exp", .inputs = {x}, .f = [](auto& v) { return exp(v[0]); }},
-      {.name = "log", .inputs = {pos}, .f = [](auto& v) { return log(v[0]); }},
-      {.name = "sqrt", .inputs = {pos}, .f = [](auto& v) { return sqrt(v[0]); }},
-      {.name = "pow 3", .inputs = {x}, .f = [](auto& v) { return pow(v[0], 3.0); }},
-      {.name = "pow -1.5", .inputs = {pos}, .f = [](auto& v) { return pow(v[0], -1.5); }},
-      {.name = "pow 2.5", .inputs = {pos}, .f = [](auto& v) { return pow(v[0], 2.5); }},
-      {.name = "add scalar", .inputs = {x}, .f = [](auto& v) { return add(v[0], 2.5); }},
-      {.name = "mul scalar", .inputs = {x}, .f = [](auto& v) { return mul(v[0], -1.75); }},
       {.name = "3 - x / 2", .inputs = {x}, .f = [](auto& v) { return 3.0 - v[0] / 2.0; }},
       {.name = "2 / x", .inputs = {pos}, .f = [](auto& v) { return 2.0 / v[0]; }},
-      {.name = "minimum with 0.3", .inputs = {x}, .f = [](auto& v) { return minimum(v[0], 0.3); }},
-      {.name = "leaky_relu 0.01, off the kink", .inputs = {made([](DType dt) { return off_zero({6, 7}, 60, 0.1, dt); })},
-       .f = [](auto& v) { return leaky_relu(v[0]); }},
-      {.name = "leaky_relu 0.2, [3, 4, 5] strided", .inputs = {a3}, .f = [](auto& v) { return leaky_relu(v[0], 0.2); },
-       .gradcheck = false},
-      {.name = "elu, off the kink", .inputs = {made([](DType dt) { return off_zero({6, 7}, 61, 0.1, dt); })},
-       .f = [](auto& v) { return elu(v[0]); }},
-      {.name = "elu alpha 0.5, off the kink", .inputs = {made([](DType dt) { return off_zero({4, 5}, 62, 0.1, dt); })},
-       .f = [](auto& v) { return elu(v[0], 0.5); }},
-      {.name = "selu, off the kink", .inputs = {made([](DType dt) { return off_zero({6, 7}, 63, 0.1, dt); })},
-       .f = [](auto& v) { return selu(v[0]); }},
-      {.name = "gelu", .inputs = {in({4, 5}, 64, true, -3, 3)}, .f = [](auto& v) { return gelu(v[0]); },
-       .errors = {{[] { gelu(zeros({2}, {DType::I64})); }, "gelu: expected a float32 or float64 tensor, got int64"}}},
   };
 }
 
@@ -340,7 +365,7 @@ std::vector<OpCase> layers() {
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> all = [] {
     std::vector<OpCase> v;
-    for (auto part : {elementwise, reductions_and_gemms, data_movement, layers}) {
+    for (auto part : {elementwise, unary, reductions_and_gemms, data_movement, layers}) {
       auto p = part();
       v.insert(v.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
     }

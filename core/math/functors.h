@@ -29,6 +29,16 @@ template <class T> TCN_ALWAYS_INLINE inline T tanh_(T x) { return vmath::tanh_of
 template <class T> TCN_ALWAYS_INLINE inline T normal_cdf_(T x) { return vmath::normal_cdf_of(x); }
 #endif
 
+// Where a unary op is defined: every real x, or x > 0 only (log, sqrt, pow with any
+// exponent). A functor says kDomain = Domain::positive when it needs it; the op tests
+// draw their inputs from it (tests/op_cases.cpp), so a new functor is tested with no edit.
+enum class Domain { real, positive };
+template <class Op>
+constexpr Domain domain_of() {
+  if constexpr (requires { Op::kDomain; }) return Op::kDomain;
+  else return Domain::real;
+}
+
 struct Neg {
   static constexpr const char* name = "neg";
   static constexpr bool kUsesX = false, kUsesY = false;
@@ -63,18 +73,21 @@ struct Exp {
 };
 struct Log {
   static constexpr const char* name = "log";
+  static constexpr Domain kDomain = Domain::positive;
   static constexpr bool kUsesX = true, kUsesY = false;
   template <class T> TCN_HD T fwd(T x) const { return std::log(x); }
   template <class T> TCN_HD T bwd(T g, T x, T) const { return g / x; }
 };
 struct Sqrt {
   static constexpr const char* name = "sqrt";
+  static constexpr Domain kDomain = Domain::positive;
   static constexpr bool kUsesX = false, kUsesY = true;
   template <class T> TCN_HD T fwd(T x) const { return std::sqrt(x); }
   template <class T> TCN_HD T bwd(T g, T, T y) const { return g / (T(2) * y); }
 };
 struct Pow {
   static constexpr const char* name = "pow";
+  static constexpr Domain kDomain = Domain::positive;
   static constexpr bool kUsesX = true, kUsesY = false;
   double p;
   template <class T> TCN_HD T fwd(T x) const { return std::pow(x, T(p)); }

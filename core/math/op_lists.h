@@ -1,8 +1,9 @@
 // The elementwise ops, each named once. A unary op is a functor in
 // core/math/functors.h (fwd, bwd, the scalar it takes if any) plus a line here; the
 // CUDA enums (cuda/kernels.h), the map from a CPU op to its CUDA kernel
-// (ops/unary.cpp) and the CUDA switches (cuda/elementwise.cu) are all written
-// from these lists with an X macro: X(Name) for each fn::Name.
+// (ops/unary.cpp), the CUDA switches (cuda/elementwise.cu) and the unary ops' test
+// cases (tests/op_cases.cpp, through ops/unary.h) are all written from these lists
+// with an X macro: X(Name) for each fn::Name.
 #pragma once
 
 #define TCN_UNARY_OPS(X) \
