@@ -12,7 +12,7 @@
 #     -DTCN_BUILD_TESTS=OFF -DTCN_BUILD_BENCHMARKS=OFF && cmake --build /tmp/old-build -j2
 # Runs: charlm TCN, LSTM carrying its state, LSTM reset; wordlm TCN and LSTM;
 # adding, copymem and forecast (these save no final state: their per-step
-# losses are compared). Takes a few minutes on 2 cores.
+# losses are compared, and forecast's predictions file). Takes a few minutes on 2 cores.
 set -euo pipefail
 old=${1:?usage: check_same_steps.sh OLD_BUILD NEW_BUILD [PTB_DIR]}
 new=${2:?usage: check_same_steps.sh OLD_BUILD NEW_BUILD [PTB_DIR]}
@@ -42,7 +42,7 @@ runs=(
   "wordlm_lstm|wordlm train|--model lstm --data $data $steps --eval_batches 2 --save @.safetensors"
   "adding|examples/tasks/adding|--max_steps 20 --log_interval 1 --device cpu --train_size 640 --test_size 64"
   "copymem|examples/tasks/copymem|--max_steps 20 --log_interval 1 --device cpu --train_size 640 --test_size 64"
-  "forecast|examples/tasks/forecast|--device cpu --data $work/series.csv --window 24 --horizon 2 --season 12 --levels 3 --nhid 8 --ksize 3 --epochs 3 --log-interval 1 --lr 0.01"
+  "forecast|examples/tasks/forecast|--device cpu --data $work/series.csv --window 24 --horizon 2 --season 12 --levels 3 --nhid 8 --ksize 3 --epochs 3 --log-interval 1 --lr 0.01 --predictions @.predictions.csv"
 )
 fail=0
 for run in "${runs[@]}"; do
@@ -67,6 +67,12 @@ for run in "${runs[@]}"; do
     fail=1; continue
   fi
   state="losses equal ($rows rows)"
+  if [ -f "$work/new/$name.predictions.csv" ]; then  # forecast's: the TCN's and the baselines' forecasts
+    if ! cmp -s "$work/old/$name.predictions.csv" "$work/new/$name.predictions.csv"; then
+      echo "check_same_steps: $name: the predictions differ"; fail=1; continue
+    fi
+    state="$state; predictions equal ($(($(wc -l < "$work/new/$name.predictions.csv") - 1)) rows)"
+  fi
   if [ -f "$work/new/$name.last.safetensors" ]; then
     if "$new/examples/tcn_ckpt" compare "$work/new/$name.last.safetensors" "$work/old/$name.last.safetensors" 0 \
          > "$work/$name.compare" 2>&1; then

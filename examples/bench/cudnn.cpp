@@ -59,6 +59,64 @@ std::string cell(double ms) {
   return s;
 }
 
+// A row per conv1d layer shape of the TCN: forward + backward on our GEMM path, cuDNN,
+// cuDNN's deterministic algorithms and auto's choice.
+void conv_rows(const Device& dev, Precision p, int64_t B, int64_t T, int reps, Generator& gen) {
+  struct ConvShape {
+    int64_t cin, cout, d;
+  };
+  CudaBackends gemm, cudnn, cudnn_det, autos;
+  gemm.conv = ConvImpl::Gemm;
+  cudnn.conv = ConvImpl::Cudnn;
+  cudnn_det = cudnn;
+  cudnn_det.deterministic = true;
+  autos.conv = ConvImpl::Auto;
+  const int64_t K = 3;
+  for (ConvShape s : {ConvShape{100, 450, 1}, ConvShape{450, 450, 1}, ConvShape{450, 450, 2}, ConvShape{450, 450, 4}}) {
+    Tensor x = rand({B, T, s.cin}, {DType::F32, dev}, gen).requires_grad_();
+    Tensor w = rand({s.cout, s.cin, K}, {DType::F32, dev}, gen).requires_grad_();
+    Tensor b = rand({s.cout}, {DType::F32, dev}, gen).requires_grad_();
+    Tensor g = rand({B, T, s.cout}, {DType::F32, dev}, gen);
+    auto step = [&] {
+      autograd::backward(conv1d(x, w, b, s.d, (K - 1) * s.d), g);
+      x.set_grad(Tensor()), w.set_grad(Tensor()), b.set_grad(Tensor());
+    };
+    const double t_gemm = timed(gemm, reps, step, "conv1d gemm");
+    const double t_cudnn = timed(cudnn, reps, step, "conv1d cudnn");
+    const double t_det = timed(cudnn_det, reps, step, "conv1d cudnn deterministic");
+    const double t_auto = timed(autos, reps, step, "conv1d auto");
+    char name[96];
+    std::snprintf(name, sizeof name, "conv1d %lld->%lld d%lld", static_cast<long long>(s.cin),
+                  static_cast<long long>(s.cout), static_cast<long long>(s.d));
+    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", name, precision_name(p), cell(t_gemm).c_str(),
+                cell(t_cudnn).c_str(), cell(t_det).c_str(), cell(t_auto).c_str(),
+                t_cudnn > 0 && t_gemm > 0 ? cell(t_cudnn / t_gemm).c_str() : "-");
+    std::fflush(stdout);
+  }
+}
+
+// The LSTM char-LM's layer (100 -> 700): forward + backward on our fused path and on cuDNN's RNN.
+void lstm_row(const Device& dev, Precision p, int64_t B, int64_t T, int reps, Generator& gen) {
+  const int64_t I = 100, H = 700;
+  Generator init(6);
+  nn::LSTM lstm(I, H, 1, init);
+  lstm.to(dev);
+  Tensor x = rand({B, T, I}, {DType::F32, dev}, gen).requires_grad_();
+  Tensor g = rand({B, T, H}, {DType::F32, dev}, gen);
+  auto step = [&] {
+    autograd::backward(lstm.forward(x).first, g);
+    x.set_grad(Tensor());
+    for (Tensor& q : lstm.parameters()) q.set_grad(Tensor());
+  };
+  CudaBackends fused, on_cudnn;
+  on_cudnn.lstm = LstmImpl::Cudnn;
+  const double t_fused = timed(fused, reps, step, "LSTM fused");
+  const double t_cudnn = timed(on_cudnn, reps, step, "LSTM cudnn");
+  std::printf("| LSTM 100->700 | %s | %s | %s | - | - | %s |\n", precision_name(p), cell(t_fused).c_str(),
+              cell(t_cudnn).c_str(), t_cudnn > 0 && t_fused > 0 ? cell(t_cudnn / t_fused).c_str() : "-");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,68 +141,16 @@ int main(int argc, char** argv) {
                 cuda::emulated() ? "EMULATED device (logic only, times mean nothing), " : "",
                 why.empty() ? ("cuDNN " + std::to_string(cuda::cudnn_version())).c_str() : ("no cuDNN: " + why).c_str(),
                 static_cast<long long>(B), static_cast<long long>(T), reps);
-    std::vector<Precision> precisions;
-    if (precision == "all")
-      precisions = {Precision::FP32, Precision::TF32, Precision::BF16};
-    else
-      precisions = {parse_precision(precision)};
-    CudaBackends gemm, cudnn, cudnn_det, autos;
-    gemm.conv = ConvImpl::Gemm;
-    cudnn.conv = ConvImpl::Cudnn;
-    cudnn_det = cudnn;
-    cudnn_det.deterministic = true;
-    autos.conv = ConvImpl::Auto;
-
+    const std::vector<Precision> precisions = precision == "all"
+                                                  ? std::vector<Precision>{Precision::FP32, Precision::TF32, Precision::BF16}
+                                                  : std::vector<Precision>{parse_precision(precision)};
     std::printf("\n| layer | precision | ours (GEMM / fused) ms | cuDNN ms | cuDNN deterministic ms | auto ms | cuDNN / ours |\n"
                 "|---|---|---|---|---|---|---|\n");
     Generator gen(5);
-    struct ConvShape {
-      int64_t cin, cout, d;
-    };
-    const int64_t K = 3;
     for (Precision p : precisions) {
       const Autocast scope(p);
-      for (ConvShape s : {ConvShape{100, 450, 1}, ConvShape{450, 450, 1}, ConvShape{450, 450, 2}, ConvShape{450, 450, 4}}) {
-        Tensor x = rand({B, T, s.cin}, {DType::F32, dev}, gen).requires_grad_();
-        Tensor w = rand({s.cout, s.cin, K}, {DType::F32, dev}, gen).requires_grad_();
-        Tensor b = rand({s.cout}, {DType::F32, dev}, gen).requires_grad_();
-        Tensor g = rand({B, T, s.cout}, {DType::F32, dev}, gen);
-        auto step = [&] {
-          autograd::backward(conv1d(x, w, b, s.d, (K - 1) * s.d), g);
-          x.set_grad(Tensor()), w.set_grad(Tensor()), b.set_grad(Tensor());
-        };
-        const double t_gemm = timed(gemm, reps, step, "conv1d gemm");
-        const double t_cudnn = timed(cudnn, reps, step, "conv1d cudnn");
-        const double t_det = timed(cudnn_det, reps, step, "conv1d cudnn deterministic");
-        const double t_auto = timed(autos, reps, step, "conv1d auto");
-        char name[96];
-        std::snprintf(name, sizeof name, "conv1d %lld->%lld d%lld", static_cast<long long>(s.cin),
-                      static_cast<long long>(s.cout), static_cast<long long>(s.d));
-        std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", name, precision_name(p), cell(t_gemm).c_str(),
-                    cell(t_cudnn).c_str(), cell(t_det).c_str(), cell(t_auto).c_str(),
-                    t_cudnn > 0 && t_gemm > 0 ? cell(t_cudnn / t_gemm).c_str() : "-");
-        std::fflush(stdout);
-      }
-      {
-        const int64_t I = 100, H = 700;
-        Generator init(6);
-        nn::LSTM lstm(I, H, 1, init);
-        lstm.to(dev);
-        Tensor x = rand({B, T, I}, {DType::F32, dev}, gen).requires_grad_();
-        Tensor g = rand({B, T, H}, {DType::F32, dev}, gen);
-        auto step = [&] {
-          autograd::backward(lstm.forward(x).first, g);
-          x.set_grad(Tensor());
-          for (Tensor& q : lstm.parameters()) q.set_grad(Tensor());
-        };
-        CudaBackends fused, on_cudnn;
-        on_cudnn.lstm = LstmImpl::Cudnn;
-        const double t_fused = timed(fused, reps, step, "LSTM fused");
-        const double t_cudnn = timed(on_cudnn, reps, step, "LSTM cudnn");
-        std::printf("| LSTM 100->700 | %s | %s | %s | - | - | %s |\n", precision_name(p), cell(t_fused).c_str(),
-                    cell(t_cudnn).c_str(), t_cudnn > 0 && t_fused > 0 ? cell(t_cudnn / t_fused).c_str() : "-");
-        std::fflush(stdout);
-      }
+      conv_rows(dev, p, B, T, reps, gen);
+      lstm_row(dev, p, B, T, reps, gen);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cudnn: error: %s\n", e.what());

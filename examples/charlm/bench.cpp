@@ -173,11 +173,8 @@ Timing time_torch(const std::string& kind, const BenchOptions& o, const Device& 
   return r;
 }
 
-}  // namespace
-
-int run_bench(const BenchOptions& opts, const char*) {
-  BenchOptions o = opts;
-  if (!o.trace.empty() && o.profile == 0) o.profile = 3;
+// The flags' ranges and choices, before anything runs.
+void check_bench_options(const BenchOptions& o) {
   using namespace limits;
   check("--steps", o.steps, 1, kMaxBenchSteps);
   check("--warmup", o.warmup, 0, kMaxBenchSteps);
@@ -191,63 +188,68 @@ int run_bench(const BenchOptions& opts, const char*) {
   if (!o.trace.empty()) program::check_output_path("--trace", o.trace);
   TCN_CHECK(o.torch == "auto" || o.torch == "off", "--torch ", o.torch, ": expected auto or off");
   (void)parse_graph_mode(o.cuda_graph);
-  set_num_threads(o.threads);
-  const Device dev = program::resolve_device(o.device, "charlm");
-  std::vector<std::string> kinds = o.model == "both" ? std::vector<std::string>{"tcn", "lstm"}
-                                                     : std::vector<std::string>{o.model};
-  std::printf("charlm bench: device %s, batch %lld, seq_len %lld (scored %lld), reference configs, vocab 50, "
-              "%d threads, %lld timed steps after %lld warmup\n",
-              dev.str().c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len),
-              static_cast<long long>(o.validseqlen), o.threads, static_cast<long long>(o.steps),
-              static_cast<long long>(o.warmup));
-  std::fflush(stdout);
   TCN_CHECK(o.cpu_gemm == "both" || o.cpu_gemm == "onednn" || o.cpu_gemm == "openblas", "--cpu_gemm ", o.cpu_gemm,
             ": expected both, onednn or openblas");
   TCN_CHECK(o.precision == "both" || o.precision == "fp32" || o.precision == "bf16" || o.precision == "tf32",
             "--precision ", o.precision, ": expected both, fp32, tf32 or bf16");
-  if (o.precision != "both") (void)precision_for(o.precision, dev);  // tf32 needs CUDA
-  apply_cuda_backends(o.conv_impl, o.lstm_impl, o.deterministic, dev);
   TCN_CHECK(o.cpu_gemm != "onednn" || cpu::onednn_available(), "--cpu_gemm onednn: this build has no oneDNN");
-  // Our configurations: (precision, CPU GEMM library). bf16 runs on oneDNN only
-  // (without it the bf16 GEMMs are widened to fp32: no point timing them twice).
-  struct Config {
-    Precision precision;
-    cpu::GemmLibrary lib;
-  };
+}
+
+// One of our rows: a precision, and on the CPU the GEMM library.
+struct Config {
+  Precision precision;
+  cpu::GemmLibrary lib;
+};
+
+// bf16 runs on oneDNN only on the CPU (without it the bf16 GEMMs are widened to fp32:
+// no point timing them twice). On CUDA the CPU's library plays no part, and the GPU's
+// reduced precisions are TF32 and bf16.
+std::vector<Config> our_configs(const BenchOptions& o, const Device& dev) {
+  const bool fp32 = o.precision == "fp32" || o.precision == "both";
+  const bool bf16 = o.precision == "bf16" || o.precision == "both";
   std::vector<Config> configs;
+  if (dev.is_cuda()) {
+    if (fp32) configs.push_back({Precision::FP32, cpu::gemm_library()});
+    if (o.precision == "tf32" || o.precision == "both") configs.push_back({Precision::TF32, cpu::gemm_library()});
+    if (bf16) configs.push_back({Precision::BF16, cpu::gemm_library()});
+    return configs;
+  }
   const bool dnnl = cpu::onednn_available() && o.cpu_gemm != "openblas";
   const bool blas = o.cpu_gemm != "onednn" || !cpu::onednn_available();
-  if (o.precision == "fp32" || o.precision == "both") {
-    if (dnnl) configs.push_back({Precision::FP32, cpu::GemmLibrary::OneDNN});
-    if (blas) configs.push_back({Precision::FP32, cpu::GemmLibrary::OpenBLAS});
-  }
-  if ((o.precision == "bf16" || o.precision == "both") && !dev.is_cuda())
+  if (fp32 && dnnl) configs.push_back({Precision::FP32, cpu::GemmLibrary::OneDNN});
+  if (fp32 && blas) configs.push_back({Precision::FP32, cpu::GemmLibrary::OpenBLAS});
+  if (bf16)
     configs.push_back({Precision::BF16, dnnl && cpu::onednn_bf16_available() ? cpu::GemmLibrary::OneDNN
                                                                               : cpu::GemmLibrary::OpenBLAS});
-  if (dev.is_cuda()) {  // the CPU GEMM library plays no part; the GPU's reduced precision is TF32
-    configs.clear();
-    if (o.precision == "fp32" || o.precision == "both") configs.push_back({Precision::FP32, cpu::gemm_library()});
-    if (o.precision == "tf32" || o.precision == "both") configs.push_back({Precision::TF32, cpu::gemm_library()});
-    if (o.precision == "bf16" || o.precision == "both") configs.push_back({Precision::BF16, cpu::gemm_library()});
-  }
-  // PyTorch's rows: the published locuslab formulation and the fastest faithful
-  // one (tools/bench_torch.py --variant lean), fp32, and the lean one in bf16 autocast.
-  struct TorchConfig {
-    std::string variant, precision;
-  };
-  std::vector<TorchConfig> torch_configs{{"published", "fp32"}};
-  const cpu::GemmLibrary before = cpu::gemm_library();
+  return configs;
+}
 
-  struct Row {
-    std::string kind, framework, variant, precision;
-    Timing t;
-  };
+// PyTorch's rows for one model: the published locuslab formulation in fp32, for the
+// TCN also the fastest faithful one (tools/bench_torch.py --variant lean), and on the
+// CPU one in bf16 autocast (the LSTM is nn.LSTM either way).
+struct TorchConfig {
+  std::string variant, precision;
+};
+std::vector<TorchConfig> torch_configs(const std::string& kind, const BenchOptions& o, const Device& dev) {
+  std::vector<TorchConfig> configs{{"published", "fp32"}};
+  if (kind == "tcn") configs.push_back({"lean", "fp32"});
+  if (o.precision != "fp32" && !dev.is_cuda()) configs.push_back({kind == "tcn" ? "lean" : "published", "bf16"});
+  return configs;
+}
+
+struct Row {
+  std::string kind, framework, variant, precision;
+  Timing t;
+};
+
+// Every row of every model: PyTorch's first, then ours.
+std::vector<Row> time_rows(const std::vector<std::string>& kinds, const BenchOptions& o, const Device& dev) {
+  const std::vector<Config> configs = our_configs(o, dev);
+  const cpu::GemmLibrary before = cpu::gemm_library();
   std::vector<Row> rows;
   for (const auto& k : kinds) {
-    std::vector<TorchConfig> tc = torch_configs;
-    if (k == "tcn") tc.push_back({"lean", "fp32"});  // the LSTM is nn.LSTM either way
-    if (o.precision != "fp32" && !dev.is_cuda()) tc.push_back({k == "tcn" ? "lean" : "published", "bf16"});
-    for (const auto& c : tc) rows.push_back({k, "PyTorch", c.variant, c.precision, time_torch(k, o, dev, c.variant, c.precision)});
+    for (const auto& c : torch_configs(k, o, dev))
+      rows.push_back({k, "PyTorch", c.variant, c.precision, time_torch(k, o, dev, c.variant, c.precision)});
     for (const Config& c : configs) {
       cpu::set_gemm_library(c.lib);
       const Autocast scope(c.precision);
@@ -257,31 +259,36 @@ int run_bench(const BenchOptions& opts, const char*) {
     }
   }
   cpu::set_gemm_library(before);
+  return rows;
+}
 
-  // Ratios against the fastest PyTorch fp32 row of the same model, measured in this run.
-  auto fastest_torch = [&](const std::string& kind, const std::string& precision) {
-    double best = 0;
-    for (const Row& r : rows)
-      if (r.kind == kind && r.framework == "PyTorch" && r.precision == precision && r.t.ok &&
-          (best == 0 || r.t.median_ms < best))
-        best = r.t.median_ms;
-    return best;
-  };
-  // The CPU speed targets (docs/cpu_performance.md), as ratios to the fastest PyTorch fp32 row (and bf16 row).
-  auto target = [&](const Row& r) -> std::string {
-    if (r.framework != "tcn" || dev.is_cuda()) return "";
-    const double f32 = fastest_torch(r.kind, "fp32"), b16 = fastest_torch(r.kind, "bf16");
-    if (f32 == 0) return "(no PyTorch row)";
-    const double ratio = r.t.median_ms / f32;
-    if (r.kind == "tcn" && r.precision == "fp32")
-      return std::string("<= 0.60 ") + (ratio <= 0.6 ? "met" : "NOT met");
-    if (r.kind == "tcn" && r.precision == "bf16") {
-      const bool beats = b16 == 0 || r.t.median_ms < b16;
-      return std::string("<= 0.35 and < PyTorch bf16: ") + (ratio <= 0.35 && beats ? "met" : "NOT met");
-    }
-    if (r.kind == "lstm" && r.precision == "fp32") return std::string("<= 0.20 ") + (ratio <= 0.2 ? "met" : "NOT met");
-    return "";
-  };
+// The fastest timed row of a model, framework and precision (0: none).
+double fastest(const std::vector<Row>& rows, const std::string& kind, const std::string& framework,
+               const std::string& precision) {
+  double best = 0;
+  for (const Row& r : rows)
+    if (r.kind == kind && r.framework == framework && r.precision == precision && r.t.ok &&
+        (best == 0 || r.t.median_ms < best))
+      best = r.t.median_ms;
+  return best;
+}
+
+// The CPU speed targets (docs/cpu_performance.md), as ratios to the fastest PyTorch fp32 row (and bf16 row).
+std::string target(const std::vector<Row>& rows, const Row& r, const Device& dev) {
+  if (r.framework != "tcn" || dev.is_cuda()) return "";
+  const double f32 = fastest(rows, r.kind, "PyTorch", "fp32"), b16 = fastest(rows, r.kind, "PyTorch", "bf16");
+  if (f32 == 0) return "(no PyTorch row)";
+  const double ratio = r.t.median_ms / f32;
+  if (r.kind == "tcn" && r.precision == "fp32") return std::string("<= 0.60 ") + (ratio <= 0.6 ? "met" : "NOT met");
+  if (r.kind == "tcn" && r.precision == "bf16") {
+    const bool beats = b16 == 0 || r.t.median_ms < b16;
+    return std::string("<= 0.35 and < PyTorch bf16: ") + (ratio <= 0.35 && beats ? "met" : "NOT met");
+  }
+  if (r.kind == "lstm" && r.precision == "fp32") return std::string("<= 0.20 ") + (ratio <= 0.2 ? "met" : "NOT met");
+  return "";
+}
+
+void print_table(const std::vector<Row>& rows, const BenchOptions& o, const Device& dev) {
   std::printf("\n| model | framework | implementation | precision | params | ms/step (median) | / fastest PyTorch fp32 "
               "| chars/s | GEMM GFLOP/s of the step | target |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -291,61 +298,81 @@ int run_bench(const BenchOptions& opts, const char*) {
                   r.variant.c_str(), r.precision.c_str(), r.t.note.c_str());
       continue;
     }
-    const double f32 = fastest_torch(r.kind, "fp32");
+    const double f32 = fastest(rows, r.kind, "PyTorch", "fp32");
     const double cps = static_cast<double>(o.batch_size * o.validseqlen) / (r.t.median_ms / 1000);
-    char ratio_buf[32] = "-";  // rounded, not cut: 0.568 is 0.57
-    if (f32 > 0) std::snprintf(ratio_buf, sizeof ratio_buf, "%.2f", r.t.median_ms / f32);
-    const std::string ratio = ratio_buf;
+    char ratio[32] = "-";  // rounded, not cut: 0.568 is 0.57
+    if (f32 > 0) std::snprintf(ratio, sizeof ratio, "%.2f", r.t.median_ms / f32);
     const std::string gflops =
         r.t.gemm_gflop > 0 ? std::to_string(static_cast<int>(r.t.gemm_gflop / (r.t.median_ms / 1000))) : "-";
     std::printf("| %s | %s | %s | %s | %lld | %.1f | %s | %.0f | %s | %s |\n", r.kind.c_str(), r.framework.c_str(),
-                r.variant.c_str(), r.precision.c_str(), static_cast<long long>(r.t.params), r.t.median_ms,
-                ratio.c_str(), cps, gflops.c_str(), target(r).c_str());
+                r.variant.c_str(), r.precision.c_str(), static_cast<long long>(r.t.params), r.t.median_ms, ratio, cps,
+                gflops.c_str(), target(rows, r, dev).c_str());
   }
-  // Our fastest fp32 TCN step against our fastest fp32 LSTM step.
-  auto ours = [&](const std::string& kind, const std::string& precision) {
-    double best = 0;
-    for (const Row& r : rows)
-      if (r.kind == kind && r.framework == "tcn" && r.precision == precision && (best == 0 || r.t.median_ms < best))
-        best = r.t.median_ms;
-    return best;
-  };
-  if (dev.is_cuda()) {
-    std::printf("\n");
-    for (const Row& r : rows)
-      if (r.framework == "tcn" && r.t.ok)
-        std::printf("%s (%s) per step on %s: %s\n", r.kind.c_str(), r.precision.c_str(),
-                    cuda::emulated() ? "the EMULATED device" : (dev.str() + " (tcn's own calls)").c_str(),
-                    r.t.device.per(r.t.counted_steps).c_str());
-    for (const Row& r : rows)
-      if (r.framework == "tcn" && r.t.ok)
-        std::printf("%s (%s) steps: %s\n", r.kind.c_str(), r.precision.c_str(), r.t.graph.c_str());
+}
+
+// What our rows asked of the device per step (launches, GEMMs, syncs) and how their steps ran.
+void print_cuda_counts(const std::vector<Row>& rows, const Device& dev) {
+  std::printf("\n");
+  for (const Row& r : rows)
+    if (r.framework == "tcn" && r.t.ok)
+      std::printf("%s (%s) per step on %s: %s\n", r.kind.c_str(), r.precision.c_str(),
+                  cuda::emulated() ? "the EMULATED device" : (dev.str() + " (tcn's own calls)").c_str(),
+                  r.t.device.per(r.t.counted_steps).c_str());
+  for (const Row& r : rows)
+    if (r.framework == "tcn" && r.t.ok) std::printf("%s (%s) steps: %s\n", r.kind.c_str(), r.precision.c_str(), r.t.graph.c_str());
+}
+
+// Characters per second of the untrained reference models, batch 1, streaming vs recomputing the window.
+void print_generation(const std::vector<std::string>& kinds, const BenchOptions& o, const Device& dev) {
+  if (dev.is_cuda()) std::printf("\n(generation runs on the CPU, whatever --device says)\n");
+  std::printf("\n| generation (untrained reference models, batch 1) | incremental chars/s | full recompute chars/s | "
+              "speedup |\n|---|---|---|---|\n");
+  for (const auto& k : kinds) {
+    nlohmann::json cfg = k == "tcn" ? nn::TCNConfig{}.to_json() : nn::LSTMConfig{}.to_json();
+    auto model = nn::make_char_lm(k, cfg, 1);
+    double cps[2];
+    for (int full = 0; full < 2; ++full) {
+      auto st = full ? make_full_stepper(*model) : make_incremental_stepper(*model);
+      auto t0 = Clock::now();
+      for (int64_t i = 0; i < o.generate_chars; ++i) st->step(i % 50);
+      cps[full] = static_cast<double>(o.generate_chars) / std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    std::printf("| %s, %lld chars | %.0f | %.0f | %.1fx |\n", k.c_str(), static_cast<long long>(o.generate_chars),
+                cps[0], cps[1], cps[0] / cps[1]);
   }
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& opts, const char*) {
+  BenchOptions o = opts;
+  if (!o.trace.empty() && o.profile == 0) o.profile = 3;
+  check_bench_options(o);
+  set_num_threads(o.threads);
+  const Device dev = program::resolve_device(o.device, "charlm");
+  if (o.precision != "both") (void)precision_for(o.precision, dev);  // tf32 needs CUDA
+  apply_cuda_backends(o.conv_impl, o.lstm_impl, o.deterministic, dev);
+  const std::vector<std::string> kinds =
+      o.model == "both" ? std::vector<std::string>{"tcn", "lstm"} : std::vector<std::string>{o.model};
+  std::printf("charlm bench: device %s, batch %lld, seq_len %lld (scored %lld), reference configs, vocab 50, "
+              "%d threads, %lld timed steps after %lld warmup\n",
+              dev.str().c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len),
+              static_cast<long long>(o.validseqlen), o.threads, static_cast<long long>(o.steps),
+              static_cast<long long>(o.warmup));
+  std::fflush(stdout);
+
+  const std::vector<Row> rows = time_rows(kinds, o, dev);
+  print_table(rows, o, dev);
+  if (dev.is_cuda()) print_cuda_counts(rows, dev);
   for (const Row& r : rows)
     if (r.framework == "tcn" && r.t.ok && !r.t.profile.empty())
       std::printf("\n### profile: %s, %s, %s\n\n%s", r.kind.c_str(), r.precision.c_str(), r.variant.c_str(),
                   r.t.profile.c_str());
-  if (kinds.size() == 2 && ours("lstm", "fp32") > 0)
+  const double lstm = fastest(rows, "lstm", "tcn", "fp32");
+  if (kinds.size() == 2 && lstm > 0)
     std::printf("\nTCN step / LSTM step (tcn framework, fp32, fastest rows): %.2f\n",
-                ours("tcn", "fp32") / ours("lstm", "fp32"));
-
-  if (o.generate_chars > 0) {
-    if (dev.is_cuda()) std::printf("\n(generation runs on the CPU, whatever --device says)\n");
-    std::printf("\n| generation (untrained reference models, batch 1) | incremental chars/s | full recompute chars/s | speedup |\n|---|---|---|---|\n");
-    for (const auto& k : kinds) {
-      nlohmann::json cfg = k == "tcn" ? nn::TCNConfig{}.to_json() : nn::LSTMConfig{}.to_json();
-      auto model = nn::make_char_lm(k, cfg, 1);
-      double cps[2];
-      for (int full = 0; full < 2; ++full) {
-        auto st = full ? make_full_stepper(*model) : make_incremental_stepper(*model);
-        auto t0 = Clock::now();
-        for (int64_t i = 0; i < o.generate_chars; ++i) st->step(i % 50);
-        cps[full] = static_cast<double>(o.generate_chars) / std::chrono::duration<double>(Clock::now() - t0).count();
-      }
-      std::printf("| %s, %lld chars | %.0f | %.0f | %.1fx |\n", k.c_str(), static_cast<long long>(o.generate_chars),
-                  cps[0], cps[1], cps[0] / cps[1]);
-    }
-  }
+                fastest(rows, "tcn", "tcn", "fp32") / lstm);
+  if (o.generate_chars > 0) print_generation(kinds, o, dev);
   return 0;
 }
 

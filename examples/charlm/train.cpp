@@ -286,6 +286,36 @@ nn::TrainerOptions trainer_options(const TrainOptions& o, const Tensor& train_sr
                            (o.save.empty() ? std::string("") : "The last checkpoint " + last_path(o.save) + " is intact.")};
 }
 
+// How an epoch's batch loop ended.
+enum class EpochEnd { done, max_steps, interrupted };
+
+// The epoch's batches from st.next_batch on: each one step, then its progress, log,
+// evaluation and save lines as their intervals fall. `hist` is the history each window
+// reads before the positions it scores.
+EpochEnd train_epoch(nn::Trainer& trainer, TrainRun& run, TrainState& st, const TrainOptions& o,
+                     const std::vector<Window>& wins, const Tensor& train_src, int64_t hist, int world) {
+  for (int64_t bi = st.next_batch; bi < static_cast<int64_t>(wins.size()); ++bi) {
+    if (trainer.stop_requested()) return EpochEnd::interrupted;
+    if (o.max_steps > 0 && st.step >= o.max_steps) return EpochEnd::max_steps;
+    const Window& w = wins[bi];
+    trainer.step(nn::Batch{.input = train_src.narrow(1, w.start, w.len),
+                           .target = train_src.narrow(1, w.start + 1, w.len),
+                           .items = (w.len - hist) * train_src.size(0) * world,  // the whole batch's, over all ranks
+                           .epoch = st.epoch, .number = bi + 1});
+    st.step = trainer.steps();
+    st.next_batch = bi + 1;
+    run.progress(trainer, bi + 1);
+    if (trainer.interval_steps() == o.log_interval || st.step == o.max_steps)
+      run.log_line(trainer.end_interval(), bi + 1);
+    if (o.eval_interval > 0 && st.step % o.eval_interval == 0 && st.step != o.max_steps) run.eval_line(trainer);
+    if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0) {
+      trainer.read_losses();  // never save past a bad step
+      run.save_last(st);
+    }
+  }
+  return EpochEnd::done;
+}
+
 }  // namespace
 
 int run_train(TrainOptions o) {
@@ -342,32 +372,12 @@ int run_train(TrainOptions o) {
         static_cast<long long>(trainer.grad_buckets()),
         device.is_cuda() ? (dist::built_with_nccl() ? "NCCL" : "MPI through host memory") : "MPI");
 
-  bool stop = false;  // --max_steps reached
-  for (; st.epoch <= o.epochs && !stop; ++st.epoch) {
+  for (; st.epoch <= o.epochs; ++st.epoch) {
     model.train();
     if (carry && st.next_batch == 0) carry->reset();  // every stream starts from zeros
-    for (int64_t bi = st.next_batch; bi < static_cast<int64_t>(wins.size()); ++bi) {
-      if (trainer.stop_requested()) return run.interrupted(trainer.interrupt(), true);
-      if (o.max_steps > 0 && st.step >= o.max_steps) {
-        stop = true;
-        break;
-      }
-      const Window& w = wins[bi];
-      trainer.step(nn::Batch{.input = train_src.narrow(1, w.start, w.len),
-                         .target = train_src.narrow(1, w.start + 1, w.len),
-                         .items = (w.len - hist) * train_src.size(0) * world,  // the whole batch's, over all ranks
-                         .epoch = st.epoch, .number = bi + 1});
-      st.step = trainer.steps();
-      st.next_batch = bi + 1;
-      run.progress(trainer, bi + 1);
-      if (trainer.interval_steps() == o.log_interval || st.step == o.max_steps)
-        run.log_line(trainer.end_interval(), bi + 1);
-      if (o.eval_interval > 0 && st.step % o.eval_interval == 0 && st.step != o.max_steps) run.eval_line(trainer);
-      if (!o.save.empty() && o.save_every > 0 && st.step % o.save_every == 0) {
-        trainer.read_losses();  // never save past a bad step
-        run.save_last(st);
-      }
-    }
+    const EpochEnd end = train_epoch(trainer, run, st, o, wins, train_src, hist, world);
+    if (end == EpochEnd::interrupted) return run.interrupted(trainer.interrupt(), true);
+    const bool stop = end == EpochEnd::max_steps;
     trainer.end_epoch(stop);  // before the evaluation and saves, which are no steps
     if (trainer.stop_requested()) return run.interrupted(trainer.interrupt(), true);
     run.end_epoch(!stop);
