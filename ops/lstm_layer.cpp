@@ -31,6 +31,9 @@ namespace tcn {
 
 namespace {
 
+// Sequences at least this long run their CPU recurrent GEMMs on a transposed copy of W_hh.
+constexpr int64_t kTransposeSteps = 16;
+
 // The recurrent GEMM of a step, C [B, N] (+)= A [B, K] (rows ld_a apart) @ op(W):
 // float32, or under mixed precision (w_b set) A rounded into the bf16 scratch
 // `a_b` [B, K] and multiplied by the bf16 copy of W with float32 accumulation.
@@ -97,18 +100,19 @@ TCN_SIMD_CLONES void cell_backward_row(const float* a, const float* cp, const fl
 }
 
 // act [B, T, 4H] holds xp on entry and (i, f, g, o) on exit; hs, cs [B, T, H].
-// whh_t: W_hh^T [H, 4H] (contiguous), and its bf16 copy whh_tb under mixed
-// precision (else null). Each step's GEMM writes a contiguous [B, 4H] scratch
-// from a contiguous copy of h_{t-1}: in place in `act` (rows T*4H apart, C +=)
-// it ran at half the rate (measured with build/bench_gemm --model lstm).
+// w: W_hh^T [H, 4H] (contiguous; tw false) or W_hh [4H, H] as stored (tw true),
+// and its bf16 copy w_b under mixed precision (else null). Each step's GEMM
+// writes a contiguous [B, 4H] scratch from a contiguous copy of h_{t-1}: in place
+// in `act` (rows T*4H apart, C +=) it ran at half the rate (measured with
+// build/bench_gemm --model lstm).
 template <class T>
-void lstm_forward_cpu(T* act, const T* whh_t, const bfloat16* whh_tb, const T* h0, const T* c0, T* hs, T* cs,
+void lstm_forward_cpu(bool tw, T* act, const T* w, const bfloat16* w_b, const T* h0, const T* c0, T* hs, T* cs,
                       int64_t B, int64_t Tn, int64_t H) {
   const int64_t G = 4 * H;
   std::vector<T> gates(B * G), h(h0, h0 + B * H);  // h: h_{t-1}, then h_t
-  std::vector<bfloat16> h_b(whh_tb ? B * H : 0);
+  std::vector<bfloat16> h_b(w_b ? B * H : 0);
   for (int64_t t = 0; t < Tn; ++t) {
-    recurrent_gemm<T>(false, B, G, H, h.data(), H, whh_t, whh_tb, h_b.data(), T(0), gates.data(), G);
+    recurrent_gemm<T>(tw, B, G, H, h.data(), H, w, w_b, h_b.data(), T(0), gates.data(), G);
 #pragma omp parallel for schedule(static) if (B * H >= (1 << 14))
     for (int64_t b = 0; b < B; ++b) {
       T* a = act + (b * Tn + t) * G;
@@ -269,10 +273,14 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& xp_in, const Tensor&
   if (act.device().is_cuda()) {
     TCN_CUDA_OP(op, lstm_forward_cuda(act, whh, whh_b, h0, c0, hs, cs, tf32));
   } else {
-    Tensor whh_t = whh.t().contiguous();  // [H, 4H]: see lstm_forward_cpu
-    Tensor whh_tb = bf16 ? whh_t.to(DType::BF16) : Tensor();
+    // The GEMMs run at about twice the rate on W_hh^T [H, 4H] than on W_hh read
+    // transposed, but the transposed copy costs about as much as ten batch-1 steps:
+    // a window pays for it, a step of generation (T = 1) does not.
+    const bool transpose = Tn >= kTransposeSteps;
+    Tensor w = transpose ? whh.t().contiguous() : whh;
+    Tensor w_b = !bf16 ? Tensor() : transpose ? w.to(DType::BF16) : whh_b;
     dispatch_float(act.dtype(), op, [&]<class T>() {
-      lstm_forward_cpu<T>(act.data<T>(), whh_t.data<T>(), whh_tb.defined() ? whh_tb.data<bfloat16>() : nullptr,
+      lstm_forward_cpu<T>(!transpose, act.data<T>(), w.data<T>(), w_b.defined() ? w_b.data<bfloat16>() : nullptr,
                           h0.data<T>(), c0.data<T>(), hs.data<T>(), cs.data<T>(), B, Tn, H);
     });
   }
