@@ -15,7 +15,8 @@ ConvImpl parse_conv_impl(const std::string& name) {
   if (name == "auto") return ConvImpl::Auto;
   if (name == "cudnn") return ConvImpl::Cudnn;
   if (name == "gemm") return ConvImpl::Gemm;
-  TCN_FAIL("conv implementation must be auto, cudnn or gemm, got '", name, "'");
+  if (name == "winograd") return ConvImpl::Winograd;
+  TCN_FAIL("conv implementation must be auto, cudnn, gemm or winograd, got '", name, "'");
 }
 
 LstmImpl parse_lstm_impl(const std::string& name) {
@@ -29,6 +30,7 @@ const char* conv_impl_name(ConvImpl c) {
     case ConvImpl::Auto: return "auto";
     case ConvImpl::Cudnn: return "cudnn";
     case ConvImpl::Gemm: return "gemm";
+    case ConvImpl::Winograd: return "winograd";
   }
   return "?";
 }

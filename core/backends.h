@@ -2,7 +2,12 @@
 // cuDNN (cuda/cudnn.h). Process-wide settings, set once from the command line
 // (--conv_impl, --lstm_impl, --deterministic) and read by the ops.
 //
-//   conv1d  Gemm   K accumulating cuBLAS GEMMs over padded rows (ops/conv1d.cpp)
+//   conv1d  Gemm   K accumulating GEMMs over padded rows (ops/conv1d.cpp), on
+//                  cuBLAS on a GPU and the CPU GEMM library on the CPU
+//           Winograd  the CPU only: F(m, K) minimal filtering on each dilation
+//                  phase, n/m of the GEMM path's multiplies per output
+//                  (ops/conv1d_winograd.cpp); a conv it does not apply to (K = 1,
+//                  K > 7) takes the GEMM path
 //           Cudnn  cudnnConvolution{Forward,BackwardData,BackwardFilter}, the
 //                  algorithms found by timing on first use per shape
 //           Auto   per layer shape, both timed once on first use (forward and
@@ -14,7 +19,8 @@
 //                  GEMM and a cell kernel (ops/lstm_layer.cpp)
 //           Cudnn  cudnnRNNForward / cudnnRNNBackwardData_v8 / _BackwardWeights_v8
 //
-// CPU tensors always take the CPU paths; these settings change nothing there.
+// CPU tensors take the GEMM path, or the Winograd path when asked for; the other
+// settings change nothing there.
 // cuDNN's convolutions use only the algorithms it declares deterministic under
 // Auto (the default: a run repeats itself bit for bit, a resumed run continues
 // exactly, a replayed CUDA graph equals the eager step) and with `deterministic`;
@@ -28,10 +34,10 @@
 
 namespace tcn {
 
-enum class ConvImpl { Auto, Cudnn, Gemm };
+enum class ConvImpl { Auto, Cudnn, Gemm, Winograd };
 enum class LstmImpl { Fused, Cudnn };
 
-ConvImpl parse_conv_impl(const std::string& name);  // "auto" | "cudnn" | "gemm"; else an error naming the choices
+ConvImpl parse_conv_impl(const std::string& name);  // "auto" | "cudnn" | "gemm" | "winograd"; else an error naming the choices
 LstmImpl parse_lstm_impl(const std::string& name);  // "fused" | "cudnn"
 const char* conv_impl_name(ConvImpl c);
 const char* lstm_impl_name(LstmImpl l);

@@ -33,8 +33,9 @@
 // precision the bias is then a bf16 operand like the weights, as in PyTorch's
 // autocast (core/autocast.h).
 //
-// On a GPU the same op can run on cuDNN instead (ops/conv1d_cudnn.cpp; which
-// one: core/backends.h). The two paths sit behind one interface
+// On a GPU the same op can run on cuDNN instead (ops/conv1d_cudnn.cpp), and on
+// the CPU in the Winograd domain, with fewer multiplies (ops/conv1d_winograd.cpp;
+// which one: core/backends.h). The paths sit behind one interface
 // (ops/conv1d_paths.h): a forward that returns y and the backward that turns dy
 // into (dx, dw, db).
 #include "conv1d_paths.h"
@@ -53,7 +54,7 @@ namespace conv1d_paths {
 // GPU's TF32 tensor cores. A batch (strides in elements) is one cuBLAS call on a
 // GPU and a loop of GEMMs on the CPU.
 void gemm_on(const Tensor& like, bool tf32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, cuda::GemmBatch batch = {}) {
+             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, cuda::GemmBatch batch) {
   if (like.device().is_cuda()) {
     TCN_CUDA_OP("conv1d",
                 cuda::gemm(like.dtype(), tf32, like.device().index, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, batch));
@@ -247,8 +248,10 @@ Tensor conv1d(const Tensor& x_in, const Tensor& w, const Tensor& bias, int64_t d
   const ConvRows geo(B, L, Cin, Cout, K, dilation, left_pad);
   const ConvSettings s = conv_settings(x_in);  // precision, --conv_impl, determinism, capture: read here only
   const Tensor x = x_in.detach(), wd = w.detach(), b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  ConvOut out = conv1d_impl(geo, x, wd, b, s) == ConvImpl::Cudnn ? conv1d_cudnn(geo, x, wd, b, s)
-                                                                  : conv1d_gemm(geo, x, wd, b, s);
+  const ConvImpl impl = conv1d_impl(geo, x, wd, b, s);
+  ConvOut out = impl == ConvImpl::Cudnn      ? conv1d_cudnn(geo, x, wd, b, s)
+                : impl == ConvImpl::Winograd ? conv1d_winograd(geo, x, wd, b, s)
+                                             : conv1d_gemm(geo, x, wd, b, s);
   if (autograd::needs_grad({x_in, w, bias})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
     autograd::record("conv1d", {x_in, w, bias}, {out.y},

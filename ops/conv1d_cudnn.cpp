@@ -181,6 +181,10 @@ ConvSettings conv_settings(const Tensor& x) {
 // Which path runs this call.
 ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
   const ConvImpl setting = s.impl;
+  if (setting == ConvImpl::Winograd) {
+    TCN_CHECK(!x.device().is_cuda(), "conv1d: --conv_impl winograd runs on the CPU only; use gemm, cudnn or auto on CUDA");
+    return winograd_tile(geo.K, s.bf16) > 0 ? ConvImpl::Winograd : ConvImpl::Gemm;
+  }
   if (!x.device().is_cuda() || setting == ConvImpl::Gemm) return ConvImpl::Gemm;
   const std::string refusal = cudnn_refusal(geo, x);
   if (setting == ConvImpl::Cudnn) {

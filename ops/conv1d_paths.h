@@ -1,12 +1,15 @@
-// conv1d's two paths behind one interface, shared by ops/conv1d.cpp (the op and
-// its GEMM path, the teaching file) and ops/conv1d_cudnn.cpp (the cuDNN path and
-// the --conv_impl choice between the two). Internal to ops/: not part of the API.
+// conv1d's paths behind one interface, shared by ops/conv1d.cpp (the op and its
+// GEMM path, the teaching file), ops/conv1d_winograd.cpp (the Winograd-domain path,
+// on the CPU) and ops/conv1d_cudnn.cpp (the cuDNN path and the --conv_impl choice
+// between them). Internal to ops/: not part of the API.
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "core/backends.h"
 #include "core/tensor.h"
+#include "cuda/kernels.h"
 
 namespace tcn::conv1d_paths {
 
@@ -44,8 +47,32 @@ struct ConvOut {
 // (ops/conv1d.cpp says which rows and columns hold what).
 Tensor to_padded_rows(const Tensor& x, int64_t left, int64_t Lp, DType dtype, int64_t X = 0);
 
+// The pieces of the GEMM path that the Winograd path shares (ops/conv1d.cpp): a
+// row-major GEMM on the tensors' device (bf16 operands give float32 C), the row
+// width X of the packed operands, the weights packed [K, X, Cout] with the bias as
+// row Cin of tap 0, and the gradients dw, db unpacked from that layout.
+void gemm_on(const Tensor& like, bool tf32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+             const void* B, int64_t ldb, double beta, void* C, int64_t ldc, cuda::GemmBatch batch = {});
+int64_t row_width(int64_t Cin, bool bias);
+Tensor pack_weights(const Tensor& w, const Tensor& bias, int64_t X, DType dtype);
+void unpack_grads(const Tensor& dwt, const ConvRows& geo, bool need_w, bool need_b, ConvGrads& g);
+
 // The GEMM path: K accumulating GEMMs per pass over padded rows (ops/conv1d.cpp).
 ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
+
+// The Winograd path (ops/conv1d_winograd.cpp), CPU only: F(m, K) minimal filtering
+// on each dilation phase. winograd_tile says which m it uses for a kernel size
+// and precision (0: none, the GEMM path runs); conv1d_winograd_tiled takes m given.
+int64_t winograd_tile(int64_t K, bool bf16);
+ConvOut conv1d_winograd(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
+ConvOut conv1d_winograd_tiled(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b,
+                              const ConvSettings& s, int64_t m);
+// The transforms of F(m, k), row-major: A^T [m, n], G [n, k], B^T [n, n] (n = m + k - 1).
+struct WinogradTransforms {
+  int64_t m, k, n;
+  std::vector<double> AT, G, BT;
+};
+WinogradTransforms winograd_transforms(int64_t m, int64_t k);
 // The cuDNN path (ops/conv1d_cudnn.cpp).
 ConvOut conv1d_cudnn(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
 // Which path runs this call: the setting, the device, and for auto the

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "cuda_compare.h"
 #include "helpers.h"
 #include "ops/unary.h"
 
@@ -263,6 +264,12 @@ std::vector<OpCase> layers() {
   const auto conv = [](int64_t dilation, int64_t left) {
     return [=](const TensorList& v) { return conv1d(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), dilation, left); };
   };
+  const auto winograd = [](F f) {  // f with --conv_impl winograd
+    return [=](const TensorList& v) {
+      const Backends on(conv_on(ConvImpl::Winograd));
+      return f(v);
+    };
+  };
   return {
       {.name = "conv1d causal, dilation 1", .inputs = {x, w, b}, .f = conv(1, 2), .cuda_f32 = kSum32,
        .cuda_f64 = kSum64, .bf16 = Bf16::Rounded},
@@ -285,6 +292,13 @@ std::vector<OpCase> layers() {
       {.name = "conv1d 1x1, the weight a strided view", .inputs = {xl, in({5, 6, 1}, 22), bl},
        .f = [](auto& v) { return conv1d(v[0], v[1].permute({1, 0, 2}), v[2], 1, 0); }, .cuda_f32 = kSum32,
        .cuda_f64 = kSum64, .bf16 = Bf16::Rounded},
+      // The Winograd path (CPU only: no CUDA mode; its bf16 rounds the transformed operands, not the inputs).
+      {.name = "conv1d winograd, causal dilation 2", .inputs = {xl, wl, bl}, .f = winograd(conv(2, 4)), .cuda_f32 = 0,
+       .cuda_f64 = 0, .bf16 = Bf16::Skip},
+      {.name = "conv1d winograd, dilation 1, 'same', no bias", .inputs = {xl, wl}, .f = winograd(conv(1, 1)),
+       .cuda_f32 = 0, .cuda_f64 = 0, .bf16 = Bf16::Skip},
+      {.name = "conv1d winograd, K 2, dilation 3, taps beyond T", .inputs = {x, in({4, 3, 2}, 36), b},
+       .f = winograd(conv(3, 3)), .cuda_f32 = 0, .cuda_f64 = 0, .bf16 = Bf16::Skip},
       {.name = "cross_entropy on a narrowed window", .inputs = {in({2, 5, 7}, 35, false, -3, 3), ids({2, 3}, {0, 6, 3, 3, 1, 2})},
        .f = [](auto& v) { return cross_entropy(v[0].narrow(1, 2, 3), v[1]); }, .cuda_f32 = kSum32,
        .cuda_f64 = kSum64},

@@ -73,11 +73,12 @@ TEST_CASE("backend names parse, and a bad one is an error naming the choices") {
   CHECK(parse_conv_impl("auto") == ConvImpl::Auto);
   CHECK(parse_conv_impl("cudnn") == ConvImpl::Cudnn);
   CHECK(parse_conv_impl("gemm") == ConvImpl::Gemm);
+  CHECK(parse_conv_impl("winograd") == ConvImpl::Winograd);
   CHECK(parse_lstm_impl("fused") == LstmImpl::Fused);
   CHECK(parse_lstm_impl("cudnn") == LstmImpl::Cudnn);
-  CHECK_THROWS_WITH_AS(parse_conv_impl("fft"), doctest::Contains("auto, cudnn or gemm, got 'fft'"), Error);
+  CHECK_THROWS_WITH_AS(parse_conv_impl("fft"), doctest::Contains("auto, cudnn, gemm or winograd, got 'fft'"), Error);
   CHECK_THROWS_WITH_AS(parse_lstm_impl("cudnn7"), doctest::Contains("fused or cudnn, got 'cudnn7'"), Error);
-  for (ConvImpl c : {ConvImpl::Auto, ConvImpl::Cudnn, ConvImpl::Gemm}) CHECK(parse_conv_impl(conv_impl_name(c)) == c);
+  for (ConvImpl c : {ConvImpl::Auto, ConvImpl::Cudnn, ConvImpl::Gemm, ConvImpl::Winograd}) CHECK(parse_conv_impl(conv_impl_name(c)) == c);
   CHECK(CudaBackends{}.lstm == LstmImpl::Fused);  // the default until the cuDNN LSTM has run on a GPU
 }
 

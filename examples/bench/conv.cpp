@@ -1,12 +1,16 @@
 // bench_conv: one causal dilated conv layer of the reference TCN, forward +
-// backward-data + backward-weights, two ways in one run:
-//   tcn  - ops/conv1d.cpp: one GEMM per tap over the padded row space, on the
-//          CPU GEMM library in use (oneDNN matmul by default), through the op
-//          and its autograd node (padding copies and the bias gradient included);
+// backward-data + backward-weights, three ways in one run:
+//   gemm     - ops/conv1d.cpp: one GEMM per tap over the padded row space, on the
+//              CPU GEMM library in use (oneDNN matmul by default), through the op
+//              and its autograd node (padding copies and the bias gradient included);
+//   winograd - ops/conv1d_winograd.cpp: F(m, K) on each dilation phase, the same
+//              GEMM library, through the same op (--conv_impl winograd);
 //   oneDNN convolution primitive - NWC activations, weights in the layout the
-//          primitive prefers (reordered once, outside the timing), left padding,
-//          dilation; the three primitives created once, outside the timing.
-// Float32, or bf16 with --precision bf16 (bf16 operands, f32 outputs for both).
+//              primitive prefers (reordered once, outside the timing), left padding,
+//              dilation; the three primitives created once, outside the timing.
+// gemm and winograd alternate, call by call; their medians and the spread of the
+// per-round ratio are printed. Float32, or bf16 with --precision bf16 (bf16
+// operands, f32 outputs for all).
 //
 //   build/bench_conv --threads 2
 #include <CLI/CLI.hpp>
@@ -15,6 +19,7 @@
 #include <cstdio>
 
 #include "core/autocast.h"
+#include "core/backends.h"
 #include "core/threads.h"
 #include "ops/ops.h"
 
@@ -80,7 +85,7 @@ double onednn_conv_ms(int64_t B, int64_t T, int64_t Cin, int64_t Cout, int64_t K
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"One TCN conv layer (forward + both backwards): tcn's GEMM formulation vs oneDNN's convolution"};
+  CLI::App app{"One TCN conv layer (forward + both backwards): tcn's GEMM and Winograd paths vs oneDNN's convolution"};
   int threads = 2, reps = 3;
   int64_t B = 32, T = 400, C = 450, K = 3;
   std::string precision = "fp32";
@@ -97,14 +102,19 @@ int main(int argc, char** argv) {
     std::printf("bench_conv: batch %lld x %lld positions, %lld -> %lld channels, kernel %lld, %s, %d threads\n\n",
                 static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(C),
                 static_cast<long long>(C), static_cast<long long>(K), precision.c_str(), threads);
-    std::printf("| dilation | tcn (GEMM per tap) ms | oneDNN convolution ms | oneDNN / tcn |\n|---|---|---|---|\n");
+    std::printf("| dilation | gemm ms (median) | winograd ms (median) | winograd / gemm (median, range) | oneDNN "
+                "convolution ms | oneDNN / gemm |\n|---|---|---|---|---|---|\n");
     Generator gen(3);
     for (int64_t d : {1, 2, 4}) {
       Tensor x = rand({B, T, C}, {DType::F32}, gen).requires_grad_();
       Tensor w = rand({C, C, K}, {DType::F32}, gen).requires_grad_();
       Tensor b = rand({C}, {DType::F32}, gen).requires_grad_();
       Tensor g = rand({B, T, C}, {DType::F32}, gen);
-      const double ours = best_ms(reps, [&] {
+      auto step_ms = [&](ConvImpl impl) {
+        CudaBackends on;
+        on.conv = impl;
+        set_cuda_backends(on);
+        const auto t0 = Clock::now();
         Tensor y;
         {
           const Autocast scope(bf16 ? Precision::BF16 : Precision::FP32);
@@ -112,13 +122,30 @@ int main(int argc, char** argv) {
         }
         autograd::backward(y, g);
         x.set_grad(Tensor()), w.set_grad(Tensor()), b.set_grad(Tensor());
-      });
+        return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      };
+      std::vector<double> gemm, wino, ratio;
+      for (int r = 0; r <= reps; ++r) {  // round 0 warms both up
+        const double tg = step_ms(ConvImpl::Gemm), tw = step_ms(ConvImpl::Winograd);
+        if (r == 0) continue;
+        gemm.push_back(tg), wino.push_back(tw), ratio.push_back(tw / tg);
+      }
+      const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double ours = median(gemm);
+      char cells[160];
+      std::snprintf(cells, sizeof cells, "| %lld | %.1f | %.1f | %.2f (%.2f-%.2f) |", static_cast<long long>(d), ours,
+                    median(wino), median(ratio), *std::min_element(ratio.begin(), ratio.end()),
+                    *std::max_element(ratio.begin(), ratio.end()));
 #if TCN_WITH_ONEDNN
       const double dnnl = onednn_conv_ms(B, T, C, C, K, d, bf16, reps);
-      std::printf("| %lld | %.1f | %.1f | %.2f |\n", static_cast<long long>(d), ours, dnnl, dnnl / ours);
+      std::printf("%s %.1f | %.2f |\n", cells, dnnl, dnnl / ours);
 #else
-      std::printf("| %lld | %.1f | - (no oneDNN in this build) | - |\n", static_cast<long long>(d), ours);
+      std::printf("%s - (no oneDNN in this build) | - |\n", cells);
 #endif
+      std::fflush(stdout);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_conv: error: %s\n", e.what());

@@ -19,7 +19,7 @@ struct BenchOptions {
   std::string cpu_gemm = "both";  // CPU steps timed with oneDNN and OpenBLAS GEMMs (both), or one of them
   std::string precision = "both";  // fp32, bf16 or both: our steps (and PyTorch's) in each
   std::string cuda_graph = "auto";  // on CUDA: each step one graph launch after the warm-up (core/step_graph.h)
-  std::string conv_impl = "auto", lstm_impl = "fused";  // on CUDA: which conv1d and LSTM (core/backends.h)
+  std::string conv_impl = "auto", lstm_impl = "fused";  // which conv1d path (winograd: CPU) and LSTM (core/backends.h)
   bool deterministic = false;                           // cuDNN: deterministic algorithms only
   int64_t steps = 5, warmup = 1, batch_size = 32, seq_len = 400, validseqlen = 320, generate_chars = 200;
   int threads = 2;

@@ -22,13 +22,14 @@
 
 namespace charlm {
 
-// --conv_impl, --lstm_impl, --deterministic: which CUDA layers run on cuDNN (core/backends.h).
+// --conv_impl, --lstm_impl, --deterministic: which path conv1d and the LSTM take (core/backends.h).
 void add_backend_options(CLI::App* cmd, std::string& conv_impl, std::string& lstm_impl, bool& deterministic) {
   cmd->add_option("--conv_impl", conv_impl,
-                  "CUDA conv1d: auto (time cuDNN's deterministic algorithms and our GEMM path per layer shape on "
-                  "first use, keep the faster if cuDNN agrees with it), cudnn or gemm")
+                  "conv1d: auto (on CUDA, time cuDNN's deterministic algorithms and our GEMM path per layer shape on "
+                  "first use, keep the faster if cuDNN agrees with it; on the CPU the GEMM path), cudnn (CUDA), gemm, "
+                  "or winograd (the CPU: fewer multiplies, ops/conv1d_winograd.cpp)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cudnn", "gemm"}));
+      ->check(CLI::IsMember({"auto", "cudnn", "gemm", "winograd"}));
   cmd->add_option("--lstm_impl", lstm_impl, "CUDA LSTM layers: fused (ours, on cuBLAS) or cudnn")
       ->capture_default_str()
       ->check(CLI::IsMember({"fused", "cudnn"}));

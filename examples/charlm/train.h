@@ -45,7 +45,7 @@ struct TrainOptions {
   std::string precision = "fp32";                  // fp32 or bf16 (mixed precision: core/autocast.h)
   bool debug_sync = false;                         // read the loss watch every step (errors at their step)
   std::string cuda_graph = "auto";                 // auto, on or off: the CUDA step as one graph (core/step_graph.h)
-  std::string conv_impl = "auto";                  // CUDA conv1d: auto, cudnn or gemm (core/backends.h)
+  std::string conv_impl = "auto";                  // conv1d: auto, cudnn, gemm or winograd (core/backends.h)
   std::string lstm_impl = "fused";                 // CUDA LSTM: fused or cudnn
   bool deterministic = false;                      // cuDNN: deterministic algorithms only
   bool allow_extra = false;  // --init from a PyTorch state_dict: skip tensors that are no parameter

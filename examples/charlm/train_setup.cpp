@@ -51,6 +51,8 @@ void apply_cuda_backends(const std::string& conv_impl, const std::string& lstm_i
   b.conv = parse_conv_impl(conv_impl);
   b.lstm = parse_lstm_impl(lstm_impl);
   b.deterministic = deterministic;
+  TCN_CHECK(!(device.is_cuda() && b.conv == ConvImpl::Winograd),
+            "--conv_impl winograd runs on the CPU only; on ", device.str(), " use auto, gemm or cudnn");
   if (device.is_cuda() && (b.conv == ConvImpl::Cudnn || b.lstm == LstmImpl::Cudnn)) {
     const std::string why = cuda::cudnn_unavailable_reason();
     TCN_CHECK(why.empty(), b.conv == ConvImpl::Cudnn ? "--conv_impl cudnn" : "--lstm_impl cudnn",
