@@ -654,7 +654,9 @@ out_limits() {
   while IFS= read -r -d '' f; do
     rel=${f#"$OUT"/}
     n=$(( n + 1 ))
-    if [ -d "$f" ]; then
+    if [ -L "$f" ] || { [ ! -d "$f" ] && [ ! -f "$f" ]; }; then
+      bad+=("$rel: not a plain file or folder (a link, a FIFO, ...)")
+    elif [ -d "$f" ]; then
       [[ $rel == */*/* ]] && bad+=("$rel/: more than 2 folders down")
       n=$(( n - 1 ))
     else

@@ -4,7 +4,7 @@
 #   scripts/setup.sh                 (once: packages, patchelf included, and build/;
 #                                     TCN_CUDA=AUTO compiles the CUDA backend where nvcc is)
 #   tools/make_device_bundle.sh      then the one device call (docs/device_check.md):
-#     run(command="tools/device_check.sh", carry=["device_bundle"], timeout_s=540)
+#     run(command="tools/device_check.sh", carry=["device_bundle"], timeout_s=380)
 #
 # 1. Build: the Release CUDA build scripts/setup.sh made (BUILD, default build/;
 #    CI's own; TCN_CUDA=ON, or AUTO where it found nvcc), brought up to date for
@@ -150,7 +150,9 @@ git ls-files -co --exclude-standard -- CMakeLists.txt core ops autograd nn cuda 
   # -DTCN_MPI=OFF, which the device check never needs, leaves it out).
   floor=$(need GLIBC)
   setters=$(for f in "${BINS[@]}" "$BUNDLE"/*.so*; do
-    if objdump -T "$f" 2>/dev/null | grep -q "${floor}[^.0-9]"; then basename "$f"; fi
+    # grep reads all of objdump's output (no -q): an early exit would kill objdump with
+    # SIGPIPE, which pipefail counts as a failed match.
+    if objdump -T "$f" 2>/dev/null | grep "${floor}[^.0-9]" >/dev/null; then basename "$f"; fi
   done | tr '\n' ' ')
   echo "glibc floor $floor, set by ${setters% }"
   echo "mpi $(grep -q 'libmpi' <<<"${!libs[*]}" && echo "carried (build with -DTCN_MPI=OFF to leave it and its glibc needs out)" || echo "not carried")"
