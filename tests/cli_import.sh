@@ -53,6 +53,11 @@ if "$charlm" eval --checkpoint "$golden/tcn_bare.safetensors" --vocab "$dir/shor
     >/dev/null 2>"$dir/short.err"; then echo "a 2-token vocabulary was accepted"; status=1; fi
 grep -q 'the model has 11 tokens (encoder.weight), but the vocabulary from --vocab' "$dir/short.err" ||
   { echo "short vocab: $(cat "$dir/short.err")"; status=1; }
+# A --vocab file that does not exist is named as such (not as a data directory without ptb.train.txt).
+if "$charlm" eval --checkpoint "$golden/tcn_bare.safetensors" --vocab "$dir/none.json" "${eval_flags[@]}" \
+    >/dev/null 2>"$dir/none.err"; then echo "a missing --vocab file was accepted"; status=1; fi
+grep -q -- "--vocab $dir/none.json: cannot open: No such file or directory" "$dir/none.err" ||
+  { echo "missing vocab: $(cat "$dir/none.err")"; status=1; }
 
 # generate from one, and --init: trains with matching flags, refuses others.
 "$charlm" generate --checkpoint "$golden/tcn_parametrized.safetensors" --data "$dir" --prompt "abc" -n 20 \
