@@ -10,17 +10,19 @@
 //                  K > 7) takes the GEMM path
 //           Cudnn  cudnnConvolution{Forward,BackwardData,BackwardFilter}, the
 //                  algorithms found by timing on first use per shape
-//           Auto   per layer shape, both timed once on first use (forward and
-//                  backward, the same inputs) and the faster kept; cuDNN is kept
-//                  only if its output also agrees with the GEMM path's. Where
-//                  cuDNN cannot run (not built, library missing, emulated
-//                  device) Auto is Gemm, with a one-line note.
+//           Auto   on CUDA per layer shape, both timed once on first use
+//                  (forward and backward, the same inputs) and the faster kept;
+//                  cuDNN is kept only if its output also agrees with the GEMM
+//                  path's. Where cuDNN cannot run (not built, library missing,
+//                  emulated device) Auto is Gemm, with a one-line note. On the
+//                  CPU, Winograd where it pays by a rule on the channels
+//                  (winograd_pays, ops/conv1d_winograd.cpp), else Gemm.
 //   LSTM    Fused  our layer: one input-projection GEMM, then per step a cuBLAS
 //                  GEMM and a cell kernel (ops/lstm_layer.cpp)
 //           Cudnn  cudnnRNNForward / cudnnRNNBackwardData_v8 / _BackwardWeights_v8
 //
-// CPU tensors take the GEMM path, or the Winograd path when asked for; the other
-// settings change nothing there.
+// CPU tensors take the GEMM or the Winograd path (Auto chooses by a rule, Gemm and
+// Winograd force one); the other settings change nothing there.
 // cuDNN's convolutions use only the algorithms it declares deterministic under
 // Auto (the default: a run repeats itself bit for bit, a resumed run continues
 // exactly, a replayed CUDA graph equals the eager step) and with `deterministic`;

@@ -185,7 +185,9 @@ ConvImpl conv1d_impl(const ConvRows& geo, const Tensor& x, const Tensor& w, cons
     TCN_CHECK(!x.device().is_cuda(), "conv1d: --conv_impl winograd runs on the CPU only; use gemm, cudnn or auto on CUDA");
     return winograd_tile(geo.K, s.bf16) > 0 ? ConvImpl::Winograd : ConvImpl::Gemm;
   }
-  if (!x.device().is_cuda() || setting == ConvImpl::Gemm) return ConvImpl::Gemm;
+  if (!x.device().is_cuda())  // the CPU: auto takes the Winograd path where it is the faster
+    return setting == ConvImpl::Auto && winograd_pays(geo, s.bf16) ? ConvImpl::Winograd : ConvImpl::Gemm;
+  if (setting == ConvImpl::Gemm) return ConvImpl::Gemm;
   const std::string refusal = cudnn_refusal(geo, x);
   if (setting == ConvImpl::Cudnn) {
     TCN_CHECK(refusal.empty(), "conv1d: the cuDNN path was asked for (--conv_impl cudnn) but cannot run: ", refusal);

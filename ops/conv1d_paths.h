@@ -64,6 +64,9 @@ ConvOut conv1d_gemm(const ConvRows& geo, const Tensor& x, const Tensor& w, const
 // on each dilation phase. winograd_tile says which m it uses for a kernel size
 // and precision (0: none, the GEMM path runs); conv1d_winograd_tiled takes m given.
 int64_t winograd_tile(int64_t K, bool bf16);
+// Whether --conv_impl auto takes the Winograd path on the CPU: where it has a tile and
+// the channels are many enough for its GEMMs to outweigh its transforms.
+bool winograd_pays(const ConvRows& geo, bool bf16);
 ConvOut conv1d_winograd(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s);
 ConvOut conv1d_winograd_tiled(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b,
                               const ConvSettings& s, int64_t m);

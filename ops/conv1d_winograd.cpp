@@ -341,6 +341,18 @@ int64_t winograd_tile(int64_t K, bool bf16) {
   return K >= 2 && m >= 2 ? m : 0;
 }
 
+// The GEMMs' work per tile grows with Cin * Cout, the transforms' with Cin + Cout,
+// so the Winograd path wins once 1/Cin + 1/Cout is small: the channels' harmonic
+// mean at least 128 in float32, 192 with bf16 operands (whose GEMMs are twice as
+// fast, so the transforms weigh more). From build/bench_conv on a 2-core Zen 4 at
+// 32 x 400, K 3, dilations 1/2/4 (winograd / gemm, forward + both backwards): fp32
+// 64 ch 1.2-1.5, 128 ch 0.8-0.9, 256 ch 0.6-0.7, 450 ch 0.54-0.61; bf16 128 ch
+// 1.1-1.3, 256 ch 0.85-0.88, 450 ch 0.68-0.74 (docs/results.md).
+bool winograd_pays(const ConvRows& geo, bool bf16) {
+  const double harmonic = 2.0 / (1.0 / static_cast<double>(geo.Cin) + 1.0 / static_cast<double>(geo.Cout));
+  return winograd_tile(geo.K, bf16) > 0 && harmonic >= (bf16 ? 192.0 : 128.0);
+}
+
 ConvOut conv1d_winograd(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
   const int64_t m = winograd_tile(geo.K, s.bf16);
   return m > 0 ? conv1d_winograd_tiled(geo, x, w, b, s, m) : conv1d_gemm(geo, x, w, b, s);

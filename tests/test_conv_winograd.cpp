@@ -153,7 +153,7 @@ TEST_CASE("winograd: two runs give the same bits") {
     CHECK(p.to_vector<float>() == q.to_vector<float>());
 }
 
-TEST_CASE("winograd: --conv_impl winograd runs it on the CPU where it applies; a 1x1 conv takes the GEMM path; CUDA refuses it") {
+TEST_CASE("winograd: --conv_impl winograd runs it on the CPU where it applies, auto where it pays; a 1x1 conv takes the GEMM path; CUDA refuses it") {
   ConvSettings s;
   s.impl = ConvImpl::Winograd;
   const Tensor x = zeros({2, 10, 4}), w3 = zeros({5, 4, 3}), w1 = zeros({5, 4, 1});
@@ -164,6 +164,21 @@ TEST_CASE("winograd: --conv_impl winograd runs it on the CPU where it applies; a
   CHECK(conv1d_paths::winograd_tile(7, false) == 2);
   CHECK(conv1d_paths::winograd_tile(8, false) == 0);
   CHECK(conv1d_paths::winograd_tile(5, true) == 2);
+  // auto on the CPU: the Winograd path where the channels' harmonic mean is >= 128 (fp32), >= 192 (bf16).
+  ConvSettings a;
+  const Tensor xa = zeros({1, 4, 1});  // only its device matters here
+  const auto choice = [&](int64_t cin, int64_t cout, int64_t K, bool bf16) {
+    a.bf16 = bf16;
+    return conv1d_paths::conv1d_impl(ConvRows(32, 400, cin, cout, K, 1, K - 1), xa, Tensor(), Tensor(), a);
+  };
+  CHECK(a.impl == ConvImpl::Auto);
+  CHECK(choice(450, 450, 3, false) == ConvImpl::Winograd);
+  CHECK(choice(100, 450, 3, false) == ConvImpl::Winograd);  // harmonic mean 164
+  CHECK(choice(64, 64, 3, false) == ConvImpl::Gemm);
+  CHECK(choice(450, 450, 1, false) == ConvImpl::Gemm);  // 1x1: nothing to save
+  CHECK(choice(450, 450, 3, true) == ConvImpl::Winograd);
+  CHECK(choice(100, 450, 3, true) == ConvImpl::Gemm);
+  CHECK(choice(450, 450, 6, true) == ConvImpl::Gemm);  // no bf16 tile of 2 for K = 6
   // Through the op: the same values as the GEMM path, within float32 rounding.
   const Tensor xr = rand_tensor({2, 30, 8}, 5, true, -1, 1, DType::F32), wr = rand_tensor({6, 8, 3}, 6, false, -1, 1, DType::F32);
   Tensor y_gemm, y_win;
