@@ -24,12 +24,7 @@ namespace charlm {
 
 // --conv_impl, --lstm_impl, --deterministic: which path conv1d and the LSTM take (core/backends.h).
 void add_backend_options(CLI::App* cmd, std::string& conv_impl, std::string& lstm_impl, bool& deterministic) {
-  cmd->add_option("--conv_impl", conv_impl,
-                  "conv1d: auto (on CUDA, time cuDNN's deterministic algorithms and our GEMM path per layer shape on "
-                  "first use, keep the faster if cuDNN agrees with it; on the CPU the GEMM path), cudnn (CUDA), gemm, "
-                  "or winograd (the CPU: fewer multiplies, ops/conv1d_winograd.cpp)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cudnn", "gemm", "winograd"}));
+  program::add_conv_impl_option(cmd, conv_impl);
   cmd->add_option("--lstm_impl", lstm_impl, "CUDA LSTM layers: fused (ours, on cuBLAS) or cudnn")
       ->capture_default_str()
       ->check(CLI::IsMember({"fused", "cudnn"}));
@@ -153,6 +148,7 @@ Subcommand add_eval(CLI::App& app, EvalOptions& e) {
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   eval->add_option("--threads", e.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
+  program::add_conv_impl_option(eval, e.conv_impl);
   add_foreign_options(eval, e.vocab_file, e.allow_extra);
 
   return cmd;
@@ -169,6 +165,7 @@ CLI::App* add_generate(CLI::App& app, GenerateOptions& g) {
   gen->add_option("--seed", g.seed, "sampling seed, in [0, 2^64 - 1]")->capture_default_str()->check(program::kSeed);
   gen->add_flag("--full", g.full_recompute, "recompute the whole context for every token (slow; for checking)");
   gen->add_option("--threads", g.threads, "CPU threads, in [0, 1024] (0: default)")->capture_default_str();
+  program::add_conv_impl_option(gen, g.conv_impl);
   gen->add_option("--data", g.data, "folder with ptb.*.txt: the vocabulary of a PyTorch state_dict")
       ->capture_default_str();
   add_foreign_options(gen, g.vocab_file, g.allow_extra);

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/philox.h"
+#include "examples/common/program.h"
 #include "core/threads.h"
 #include "data.h"
 #include "flags.h"
@@ -86,6 +87,7 @@ int run_generate(const GenerateOptions& o) {
   limits::check("--threads", o.threads, 0, limits::kMaxThreads, " (0: the default)");
   TCN_CHECK(!o.prompt.empty(), "--prompt must not be empty");
   if (o.threads > 0) set_num_threads(o.threads);
+  program::apply_conv_impl(o.conv_impl, Device::cpu());
   nn::LoadedCharLM m = load_model_file(o.checkpoint, "--checkpoint",
                                        ModelFileOptions{.data = o.data, .vocab_file = o.vocab_file,
                                                         .allow_extra = o.allow_extra})

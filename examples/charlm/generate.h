@@ -24,6 +24,7 @@ struct GenerateOptions {
   uint64_t seed = 1;
   bool full_recompute = false;
   int threads = 0;
+  std::string conv_impl = "auto";  // conv1d's path (core/backends.h); generation runs on the CPU
 };
 int run_generate(const GenerateOptions& opts);
 

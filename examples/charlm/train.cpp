@@ -401,6 +401,7 @@ int run_eval(const EvalOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = program::resolve_device(o.device, "charlm");
   const Autocast precision(precision_for(o.precision, device));
+  program::apply_conv_impl(o.conv_impl, device);
   nn::LoadedCharLM m = load_model_file(o.checkpoint, "--checkpoint",
                                        ModelFileOptions{.data = o.data, .vocab_file = o.vocab_file,
                                                         .tokens = o.tokens, .allow_extra = o.allow_extra})

@@ -76,6 +76,7 @@ struct EvalOptions {
   bool seq_len_given = true, validseqlen_given = true;
   int threads = 0;
   std::string precision = "fp32";
+  std::string conv_impl = "auto";  // conv1d's path (core/backends.h)
 };
 int run_eval(const EvalOptions& opts);
 

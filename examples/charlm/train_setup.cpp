@@ -47,12 +47,10 @@ std::string precision_note(const std::string& precision, const Device& device) {
 
 void apply_cuda_backends(const std::string& conv_impl, const std::string& lstm_impl, bool deterministic,
                          const Device& device) {
-  CudaBackends b;
-  b.conv = parse_conv_impl(conv_impl);
+  program::apply_conv_impl(conv_impl, device);
+  CudaBackends b = cuda_backends();
   b.lstm = parse_lstm_impl(lstm_impl);
   b.deterministic = deterministic;
-  TCN_CHECK(!(device.is_cuda() && b.conv == ConvImpl::Winograd),
-            "--conv_impl winograd runs on the CPU only; on ", device.str(), " use auto, gemm or cudnn");
   if (device.is_cuda() && (b.conv == ConvImpl::Cudnn || b.lstm == LstmImpl::Cudnn)) {
     const std::string why = cuda::cudnn_unavailable_reason();
     TCN_CHECK(why.empty(), b.conv == ConvImpl::Cudnn ? "--conv_impl cudnn" : "--lstm_impl cudnn",

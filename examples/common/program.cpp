@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/backends.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/devices.h"
@@ -91,6 +92,24 @@ Device resolve_device(const std::string& name, const char* program) {
 
 // An output path must be a regular file or not exist yet, under a directory
 // that exists (or can be made) and is writable; checked before any training.
+void add_conv_impl_option(CLI::App* app, std::string& conv_impl) {
+  app->add_option("--conv_impl", conv_impl,
+                  "conv1d: auto (on CUDA, time cuDNN's deterministic algorithms and our GEMM path per layer shape on "
+                  "first use, keep the faster if cuDNN agrees with it; on the CPU the Winograd path where the "
+                  "channels are many enough, else the GEMM path), cudnn (CUDA), gemm, or winograd (the CPU: fewer "
+                  "multiplies, ops/conv1d_winograd.cpp)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cudnn", "gemm", "winograd"}));
+}
+
+void apply_conv_impl(const std::string& conv_impl, const Device& device) {
+  CudaBackends b = cuda_backends();
+  b.conv = parse_conv_impl(conv_impl);
+  TCN_CHECK(!(device.is_cuda() && b.conv == ConvImpl::Winograd),
+            "--conv_impl winograd runs on the CPU only; on ", device.str(), " use auto, gemm or cudnn");
+  set_cuda_backends(b);
+}
+
 void check_output_path(const char* flag, const std::string& path) {
   TCN_CHECK(!path.empty(), flag, ": empty path");
   struct stat sb {};

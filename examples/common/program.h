@@ -30,6 +30,13 @@ extern const CLI::Validator kSeed;
 // a note on the emulated device).
 tcn::Device resolve_device(const std::string& name, const char* program);
 
+// --conv_impl on `app`: auto, cudnn, gemm or winograd (core/backends.h), with
+// its help text; apply_conv_impl parses it and makes it the process's conv1d
+// setting before any work (winograd on a CUDA device is an error naming the
+// choices).
+void add_conv_impl_option(CLI::App* app, std::string& conv_impl);
+void apply_conv_impl(const std::string& conv_impl, const tcn::Device& device);
+
 // Throws, naming the flag, unless `path` is a regular file that can be
 // written or does not exist yet under a writable directory (or one that can
 // be made): output paths are checked before any training.

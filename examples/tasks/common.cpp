@@ -64,6 +64,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
       ->check(program::kSeed);
   app.add_option("--device", o.device, "cpu, cuda[:N] or auto (a GPU once the CUDA kernels are verified on one)")
       ->capture_default_str();
+  program::add_conv_impl_option(&app, o.conv_impl);
   app.add_option("--max_steps", o.max_steps, "stop after this many steps, in [0, 1e12] (0: no limit)")
       ->capture_default_str();
   app.add_option("--train_size", o.train_size, "training sequences, in [1, 1e8] (the reference's N_train)")
@@ -235,6 +236,7 @@ void say_header(const TaskSetup& t, const TaskTCN& model, const nn::TCNOptions& 
 RunPlan plan_run(const TaskSetup& t) {
   const CommonOptions& o = t.opts;
   const Device device = program::resolve_device(o.device, t.program);
+  program::apply_conv_impl(o.conv_impl, device);
   const std::string metrics = o.metrics.empty() ? "runs/" + std::string(t.program) + ".csv" : o.metrics;
   program::check_output_path("--metrics", metrics);
   if (!o.save_init.empty()) program::check_output_path("--save_init", o.save_init);

@@ -38,6 +38,7 @@ struct CommonOptions {
   uint64_t seed = 1111;
   // Ours.
   std::string device = "auto";
+  std::string conv_impl = "auto";  // conv1d's path (core/backends.h)
   int64_t max_steps = 0;  // 0: no limit
   int64_t train_size = 0, test_size = 0;  // the task sets its N_train / N_test before add_common_flags
   std::string metrics;                    // default runs/<program>.csv
