@@ -9,6 +9,7 @@
 
 #include "examples/common/program.h"
 #include "core/autocast.h"
+#include "core/backends.h"
 #include "core/step_graph.h"
 #include "core/threads.h"
 #include "core/devices.h"
@@ -242,6 +243,32 @@ struct Row {
   Timing t;
 };
 
+// The conv paths a model's rows run: on the CPU the TCN gets a row per path when
+// --conv_impl is auto (the GEMM path and the Winograd path, which auto takes for
+// its wide convs), else the one asked for; the LSTM has no conv, and on CUDA the
+// setting applies as given.
+std::vector<ConvImpl> conv_paths(const std::string& kind, const BenchOptions& o, const Device& dev) {
+  const ConvImpl asked = parse_conv_impl(o.conv_impl);
+  if (kind != "tcn" || dev.is_cuda() || asked != ConvImpl::Auto) return {asked};
+  return {ConvImpl::Gemm, ConvImpl::Winograd};
+}
+
+// Sets conv1d's path for a scope (core/backends.h), and puts the earlier one back.
+class ConvPath {
+ public:
+  explicit ConvPath(ConvImpl c) : prev_(cuda_backends()) {
+    CudaBackends b = prev_;
+    b.conv = c;
+    set_cuda_backends(b);
+  }
+  ~ConvPath() { set_cuda_backends(prev_); }
+  ConvPath(const ConvPath&) = delete;
+  ConvPath& operator=(const ConvPath&) = delete;
+
+ private:
+  CudaBackends prev_;
+};
+
 // Every row of every model: PyTorch's first, then ours.
 std::vector<Row> time_rows(const std::vector<std::string>& kinds, const BenchOptions& o, const Device& dev) {
   const std::vector<Config> configs = our_configs(o, dev);
@@ -250,13 +277,16 @@ std::vector<Row> time_rows(const std::vector<std::string>& kinds, const BenchOpt
   for (const auto& k : kinds) {
     for (const auto& c : torch_configs(k, o, dev))
       rows.push_back({k, "PyTorch", c.variant, c.precision, time_torch(k, o, dev, c.variant, c.precision)});
-    for (const Config& c : configs) {
-      cpu::set_gemm_library(c.lib);
-      const Autocast scope(c.precision);
-      const std::string impl = dev.is_cuda() ? "cuBLAS" : cpu::gemm_library_name(c.lib);
-      const std::string label = std::string(" (") + precision_name(c.precision) + ", " + impl + ")";
-      rows.push_back({k, "tcn", impl, precision_name(c.precision), time_ours(k, o, dev, label)});
-    }
+    for (const Config& c : configs)
+      for (const ConvImpl conv : conv_paths(k, o, dev)) {
+        cpu::set_gemm_library(c.lib);
+        const Autocast scope(c.precision);
+        const ConvPath path(conv);
+        std::string impl = dev.is_cuda() ? "cuBLAS" : cpu::gemm_library_name(c.lib);
+        if (k == "tcn" && !dev.is_cuda()) impl += std::string(", ") + conv_impl_name(conv);
+        const std::string label = std::string(" (") + precision_name(c.precision) + ", " + impl + ")";
+        rows.push_back({k, "tcn", impl, precision_name(c.precision), time_ours(k, o, dev, label)});
+      }
   }
   cpu::set_gemm_library(before);
   return rows;
