@@ -6,6 +6,7 @@
 //   5 optimizer steps: losses and grad norms relative 1e-4, final parameters relative 1e-4.
 #include <nlohmann/json.hpp>
 
+#include "cuda_compare.h"
 #include "helpers.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
@@ -120,6 +121,11 @@ TEST_CASE("TCN char-LM matches PyTorch: logits, loss, gradients, 5 steps of SGD,
 }
 
 TEST_CASE("LSTM char-LM (2 layers) matches PyTorch") { check_against_golden("lstm_small.safetensors"); }
+
+TEST_CASE("TCN char-LM with every conv in the Winograd domain (--conv_impl winograd) matches PyTorch too") {
+  const test::Backends on(test::conv_on(ConvImpl::Winograd));
+  check_against_golden("tcn_small.safetensors");
+}
 
 TEST_CASE("both models match PyTorch on CUDA too" * doctest::skip(!cuda::is_available())) {
   check_against_golden("tcn_small.safetensors", Device::cuda(0));
