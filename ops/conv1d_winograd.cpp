@@ -12,11 +12,11 @@
 //    has outputs r0 + i*d (i < m) with r0 = q*m*d + p, and reads the n = m + K - 1
 //    inputs r0 + t*d (t < n). The d tiles of block q cover the output rows
 //    [q*m*d, (q+1)*m*d) once each, so ceil(M / (m*d)) blocks cover all M rows;
-//    the last block's outputs past M (a ragged tail) read rows past the input,
-//    taken as zeros, and are dropped. The (K-1)*d output rows between two
-//    sequences are computed and dropped, as in the GEMM path (2% at the reference
-//    sizes); a tile's m outputs lie d rows apart, so for m > K - 1 no tile is made
-//    of them alone.
+//    the last block's outputs past M (a ragged tail) read the last sequence's
+//    final rows and zero rows past them, and are dropped. The (K-1)*d output rows
+//    between two sequences are computed and dropped, as in the GEMM path (2% at
+//    the reference sizes); a tile's m outputs lie d rows apart, so for m > K - 1
+//    no tile is made of them alone, and no tile's whole work is wasted.
 //
 // 3. Minimal filtering F(m, K) (Winograd 1980; Lavin & Gray, "Fast Algorithms for
 //    Convolutional Neural Networks", 2015). For one channel, the m outputs of a
@@ -24,7 +24,7 @@
 //        y = A^T [ (G w) * (B^T x) ]        (* elementwise, over n positions)
 //    with A^T [m, n], G [n, K], B^T [n, n]: n multiplies instead of m*K. Over
 //    channels the elementwise product at position xi becomes a matrix product:
-//        M_xi [tiles, Cout] = V_xi [tiles, X] @ U_xi [X, Cout],
+//        P_xi [tiles, Cout] = V_xi [tiles, X] @ U_xi [X, Cout],
 //    V_xi = (B^T x)_xi for every tile (the input transform), U_xi = (G w)_xi (the
 //    filter transform, once per call). So the work is n GEMMs of about M/m rows
 //    where the GEMM path does K GEMMs of M rows: n/m of its multiplies per
@@ -41,15 +41,18 @@
 //        coefficient (E_h[n-1][m-1] = E_g[n-1][K-1] = 1),
 //        C[t][c] = coefficient of x^t in prod_{l != c} (x - p_l) / prod_{l != c} (p_c - p_l),
 //        C[t][n-1] = coefficient of x^t in prod_l (x - p_l).
-//    Our y is a correlation, the transpose of that product in h, so
-//    A^T = E_h^T, G = E_g and B^T = C^T; the division moves from C into G, so
-//    that B^T holds the plain polynomial coefficients. winograd_transforms()
+//    Our y is a correlation, the transpose of that product in h: for any h,
+//        sum_i h_i y_i = sum_{i,j} h_i w_j x_{i+j} = x . s(h, w)
+//                      = sum_c (C^T x)_c (E_g w)_c (E_h h)_c,
+//    so y = E_h^T [(E_g w) * (C^T x)]: A^T = E_h^T, G = E_g and B^T = C^T. The
+//    division is a factor per position c, so it moves from C into G, and B^T
+//    holds the plain polynomial coefficients. winograd_transforms()
 //    builds the three from the points; nothing is typed in. The identity every
 //    F(m, K) must satisfy, sum_xi A^T[i][xi] G[xi][j] B^T[xi][t] = (t == i + j ? 1 : 0),
 //    is what tests/test_conv_winograd.cpp checks.
 //
 // 5. Backward. The forward is three linear maps in a row: V = B^T x (per tile),
-//    M_xi = V_xi @ U_xi, y = A^T M (per tile). The gradient of a linear map is its
+//    P_xi = V_xi @ U_xi, y = A^T P (per tile). The gradient of a linear map is its
 //    transpose, so backward runs them back, each transposed:
 //        D = A dy                      (per tile: the output transform's transpose)
 //        dV_xi = D_xi @ U_xi^T,  dU_xi = V_xi^T @ D_xi     (the GEMM's gradients)
@@ -57,16 +60,18 @@
 //        dw = G^T dU.
 //    The same matrices and the same saving: n GEMMs of M/m rows for dx and n for
 //    dw, where the GEMM path does K of M rows each. V and U are kept from the
-//    forward. The bias is the ones column, as in the GEMM path: its gradient is
-//    row Cin of dw's tap 0.
+//    forward (V is n/m times the GEMM path's padded input: 1.33x for F(6,3)). The
+//    bias is the ones column, as in the GEMM path: its gradient is row Cin of
+//    dw's tap 0.
 //
 // 6. Error. The transforms scale values up and down by powers of the points, so
-//    the float rounding grows with n: about 1e-6 of the output for F(6,3) in
-//    float32 (the GEMM path: 1e-7); points of small magnitude (0, +-1, +-1/2,
-//    +-2, ...) keep it low (Barabasz et al., "Error analysis and improving the
-//    accuracy of Winograd convolution for deep neural networks", 2020). With bf16
-//    operands the rounding of V and U dominates, so the tiles are smaller there
-//    (winograd_tile).
+//    the float rounding grows with n: a few 1e-6 of the output for F(6,3) in
+//    float32 (the GEMM path: a few 1e-7); points of small magnitude (0, +-1,
+//    +-1/2, +-2, ...) keep it low (Barabasz et al., "Error analysis and improving
+//    the accuracy of Winograd convolution for deep neural networks", 2020). With
+//    bf16 operands the rounding of V and U dominates: F(4,3), the tile there
+//    (winograd_tile), is about 1e-2 of the output, 4-5x the bf16 GEMM path's
+//    (build/bench_conv --accuracy; docs/results.md has the table).
 #include <array>
 #include <cmath>
 
@@ -128,10 +133,10 @@ std::vector<T> as(const std::vector<double>& v) {
 // V [n, tiles, X] = B^T x, tile by tile, channels as the vector. Column Cin is
 // the bias's column of ones (its transform: B^T's row sums), columns past it zeros.
 template <class T, class S>
-void input_transform(const WinogradTransforms& w, const ConvRows& g, const Tiling& tl, int64_t X, bool bias,
+void input_transform(const WinogradTransforms& tr, const ConvRows& g, const Tiling& tl, int64_t X, bool bias,
                      const T* x, S* V) {
-  const int64_t n = w.n, C = g.Cin;
-  const std::vector<T> bt = as<T>(w.BT), zeros(static_cast<size_t>(C), T(0));
+  const int64_t n = tr.n, C = g.Cin;
+  const std::vector<T> bt = as<T>(tr.BT), zeros(static_cast<size_t>(C), T(0));
 #pragma omp parallel for schedule(static) if (tl.tiles * X >= (1 << 14))
   for (int64_t tile = 0; tile < tl.tiles; ++tile) {
     const int64_t r0 = tl.first_row(tile, g.d);
@@ -141,16 +146,16 @@ void input_transform(const WinogradTransforms& w, const ConvRows& g, const Tilin
       in[t] = row ? row : zeros.data();
     }
     for (int64_t xi = 0; xi < n; ++xi) {
-      const T* b = &bt[xi * n];
+      const T* bt_row = &bt[xi * n];
       S* out = V + (xi * tl.tiles + tile) * X;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         T acc = 0;
-        for (int64_t t = 0; t < n; ++t) acc += b[t] * in[t][c];
+        for (int64_t t = 0; t < n; ++t) acc += bt_row[t] * in[t][c];
         out[c] = S(acc);
       }
       T ones = 0;
-      for (int64_t t = 0; t < n; ++t) ones += b[t];
+      for (int64_t t = 0; t < n; ++t) ones += bt_row[t];
       for (int64_t c = C; c < X; ++c) out[c] = S(c == C && bias ? ones : T(0));
     }
   }
@@ -158,9 +163,9 @@ void input_transform(const WinogradTransforms& w, const ConvRows& g, const Tilin
 
 // U [n, X, Cout] = G w, from the packed weights wt [K, X, Cout] (bias row included).
 template <class T, class S>
-void filter_transform(const WinogradTransforms& w, int64_t rows, const T* wt, S* U) {
-  const int64_t n = w.n, K = w.k;
-  const std::vector<T> gm = as<T>(w.G);
+void filter_transform(const WinogradTransforms& tr, int64_t rows, const T* wt, S* U) {
+  const int64_t n = tr.n, K = tr.k;
+  const std::vector<T> gm = as<T>(tr.G);
 #pragma omp parallel for schedule(static) if (rows >= (1 << 14))
   for (int64_t e = 0; e < rows; ++e)  // e: an element of a tap's [X, Cout]
     for (int64_t xi = 0; xi < n; ++xi) {
@@ -170,22 +175,22 @@ void filter_transform(const WinogradTransforms& w, int64_t rows, const T* wt, S*
     }
 }
 
-// y = A^T M per tile, into the output rows that are not padding.
+// y = A^T P per tile (P: the GEMMs' products, Mx here), into the output rows that are not padding.
 template <class T>
-void output_transform(const WinogradTransforms& w, const ConvRows& g, const Tiling& tl, const T* Mx, T* y) {
-  const int64_t n = w.n, C = g.Cout;
-  const std::vector<T> at = as<T>(w.AT);
+void output_transform(const WinogradTransforms& tr, const ConvRows& g, const Tiling& tl, const T* Mx, T* y) {
+  const int64_t n = tr.n, C = g.Cout;
+  const std::vector<T> at = as<T>(tr.AT);
 #pragma omp parallel for schedule(static) if (tl.tiles * C >= (1 << 14))
   for (int64_t tile = 0; tile < tl.tiles; ++tile) {
     const int64_t r0 = tl.first_row(tile, g.d);
-    for (int64_t i = 0; i < w.m; ++i) {
+    for (int64_t i = 0; i < tr.m; ++i) {
       T* out = output_row(y, g, r0 + i * g.d, C);
       if (!out) continue;
-      const T* a = &at[i * n];
+      const T* at_row = &at[i * n];
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         T acc = 0;
-        for (int64_t xi = 0; xi < n; ++xi) acc += a[xi] * Mx[(xi * tl.tiles + tile) * C + c];
+        for (int64_t xi = 0; xi < n; ++xi) acc += at_row[xi] * Mx[(xi * tl.tiles + tile) * C + c];
         out[c] = acc;
       }
     }
@@ -195,14 +200,14 @@ void output_transform(const WinogradTransforms& w, const ConvRows& g, const Tili
 // D [n, tiles, Cout] = A dy per tile (the output transform's transpose); dy's
 // padding rows are zeros.
 template <class T, class S>
-void output_transform_backward(const WinogradTransforms& w, const ConvRows& g, const Tiling& tl, const T* dy, S* D) {
-  const int64_t n = w.n, C = g.Cout;
-  const std::vector<T> at = as<T>(w.AT), zeros(static_cast<size_t>(C), T(0));
+void output_transform_backward(const WinogradTransforms& tr, const ConvRows& g, const Tiling& tl, const T* dy, S* D) {
+  const int64_t n = tr.n, C = g.Cout;
+  const std::vector<T> at = as<T>(tr.AT), zeros(static_cast<size_t>(C), T(0));
 #pragma omp parallel for schedule(static) if (tl.tiles * C >= (1 << 14))
   for (int64_t tile = 0; tile < tl.tiles; ++tile) {
     const int64_t r0 = tl.first_row(tile, g.d);
     std::array<const T*, kMaxN> in;
-    for (int64_t i = 0; i < w.m; ++i) {
+    for (int64_t i = 0; i < tr.m; ++i) {
       const T* row = output_row(dy, g, r0 + i * g.d, C);
       in[i] = row ? row : zeros.data();
     }
@@ -211,7 +216,7 @@ void output_transform_backward(const WinogradTransforms& w, const ConvRows& g, c
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         T acc = 0;
-        for (int64_t i = 0; i < w.m; ++i) acc += at[i * n + xi] * in[i][c];
+        for (int64_t i = 0; i < tr.m; ++i) acc += at[i * n + xi] * in[i][c];
         out[c] = S(acc);
       }
     }
@@ -222,9 +227,11 @@ void output_transform_backward(const WinogradTransforms& w, const ConvRows& g, c
 // (q, p) also gets rows t + s*m of the tiles (q - s, p) before it, where their
 // inputs overlap. Each row of dx is written once, so no two threads meet.
 template <class T>
-void input_transform_backward(const WinogradTransforms& w, const ConvRows& g, const Tiling& tl, const T* dV, T* dx) {
-  const int64_t n = w.n, m = w.m, C = g.Cin;
-  const std::vector<T> bt = as<T>(w.BT);
+void input_transform_backward(const WinogradTransforms& tr, const ConvRows& g, const Tiling& tl, const T* dV, T* dx) {
+  const int64_t n = tr.n, m = tr.m, C = g.Cin;
+  const std::vector<T> bt = as<T>(tr.BT);
+  // Over all B*Lp input rows, not M: the last sequence's final (K-1)*d input rows
+  // lie past M, and only the gather from the tiles before them reaches them.
   const int64_t rows = g.B * g.Lp, blocks = (rows + m * g.d - 1) / (m * g.d);
 #pragma omp parallel for schedule(static) if (blocks * g.d * C >= (1 << 14))
   for (int64_t tile = 0; tile < blocks * g.d; ++tile) {  // tiles past tl.tiles only gather
@@ -250,9 +257,9 @@ void input_transform_backward(const WinogradTransforms& w, const ConvRows& g, co
 
 // dwt [K, X, Cout] = G^T dU.
 template <class T>
-void filter_transform_backward(const WinogradTransforms& w, int64_t rows, const T* dU, T* dwt) {
-  const int64_t n = w.n, K = w.k;
-  const std::vector<T> gm = as<T>(w.G);
+void filter_transform_backward(const WinogradTransforms& tr, int64_t rows, const T* dU, T* dwt) {
+  const int64_t n = tr.n, K = tr.k;
+  const std::vector<T> gm = as<T>(tr.G);
 #pragma omp parallel for schedule(static) if (rows >= (1 << 14))
   for (int64_t e = 0; e < rows; ++e)
     for (int64_t j = 0; j < K; ++j) {
@@ -274,35 +281,35 @@ void dispatch_types(DType compute, bool bf16, F&& f) {
 // What backward keeps: the transformed input V and filter U, and the geometry.
 struct WinogradSaved {
   ConvRows geo;
-  WinogradTransforms w;
+  WinogradTransforms tr;
   int64_t X;
   Tensor V, U;  // [n, tiles, X], [n, X, Cout]: the GEMM operands (bf16 under mixed precision)
   TensorOptions out_opts;
 };
 
-ConvGrads conv1d_winograd_backward(const WinogradSaved& s, const Tensor& dy_in, bool need_x, bool need_w, bool need_b) {
-  const ConvRows& g = s.geo;
-  const Tiling tl(g, s.w.m);
-  const int64_t n = s.w.n, X = s.X;
+ConvGrads conv1d_winograd_backward(const WinogradSaved& saved, const Tensor& dy_in, bool need_x, bool need_w, bool need_b) {
+  const ConvRows& g = saved.geo;
+  const Tiling tl(g, saved.tr.m);
+  const int64_t n = saved.tr.n, X = saved.X;
   const Tensor dy = dy_in.contiguous();
-  Tensor D = empty({n, tl.tiles, g.Cout}, {s.V.dtype()});
+  Tensor D = empty({n, tl.tiles, g.Cout}, {saved.V.dtype()});
   ConvGrads grads;
-  dispatch_types(s.out_opts.dtype, s.V.dtype() == DType::BF16, [&]<class T, class S>() {
-    output_transform_backward<T, S>(s.w, g, tl, dy.data<T>(), static_cast<S*>(D.raw_data()));
+  dispatch_types(saved.out_opts.dtype, saved.V.dtype() == DType::BF16, [&]<class T, class S>() {
+    output_transform_backward<T, S>(saved.tr, g, tl, dy.data<T>(), static_cast<S*>(D.raw_data()));
     if (need_x) {  // dV_xi = D_xi @ U_xi^T, only U's first Cin rows: x's channels
-      Tensor dV = empty({n, tl.tiles, g.Cin}, s.out_opts);
-      gemm_on(D, false, false, true, tl.tiles, g.Cin, g.Cout, D.raw_data(), g.Cout, s.U.raw_data(), g.Cout, 0.0,
+      Tensor dV = empty({n, tl.tiles, g.Cin}, saved.out_opts);
+      gemm_on(D, false, false, true, tl.tiles, g.Cin, g.Cout, D.raw_data(), g.Cout, saved.U.raw_data(), g.Cout, 0.0,
               dV.raw_data(), g.Cin, {.count = n, .stride_a = tl.tiles * g.Cout, .stride_b = X * g.Cout,
                                      .stride_c = tl.tiles * g.Cin});
-      grads.dx = empty({g.B, g.L, g.Cin}, s.out_opts);
-      input_transform_backward<T>(s.w, g, tl, dV.data<T>(), grads.dx.data<T>());
+      grads.dx = empty({g.B, g.L, g.Cin}, saved.out_opts);
+      input_transform_backward<T>(saved.tr, g, tl, dV.data<T>(), grads.dx.data<T>());
     }
     if (need_w || need_b) {  // dU_xi = V_xi^T @ D_xi, then dwt = G^T dU
-      Tensor dU = empty({n, X, g.Cout}, s.out_opts);
-      gemm_on(D, false, true, false, X, g.Cout, tl.tiles, s.V.raw_data(), X, D.raw_data(), g.Cout, 0.0, dU.raw_data(),
+      Tensor dU = empty({n, X, g.Cout}, saved.out_opts);
+      gemm_on(D, false, true, false, X, g.Cout, tl.tiles, saved.V.raw_data(), X, D.raw_data(), g.Cout, 0.0, dU.raw_data(),
               g.Cout, {.count = n, .stride_a = tl.tiles * X, .stride_b = tl.tiles * g.Cout, .stride_c = X * g.Cout});
-      Tensor dwt = empty({g.K, X, g.Cout}, s.out_opts);
-      filter_transform_backward<T>(s.w, X * g.Cout, dU.data<T>(), dwt.data<T>());
+      Tensor dwt = empty({g.K, X, g.Cout}, saved.out_opts);
+      filter_transform_backward<T>(saved.tr, X * g.Cout, dU.data<T>(), dwt.data<T>());
       unpack_grads(dwt, g, need_w, need_b, grads);
     }
   });
@@ -315,23 +322,23 @@ WinogradTransforms winograd_transforms(int64_t m, int64_t k) {
   const int64_t n = m + k - 1, f = n - 1;  // f finite points, then infinity
   TCN_CHECK(m >= 1 && k >= 1 && f <= static_cast<int64_t>(kPoints.size()), "winograd: F(", m, ", ", k,
             ") needs ", f, " points; there are ", kPoints.size());
-  WinogradTransforms w{m, k, n, std::vector<double>(m * n, 0.0), std::vector<double>(n * k, 0.0),
+  WinogradTransforms tr{m, k, n, std::vector<double>(m * n, 0.0), std::vector<double>(n * k, 0.0),
                        std::vector<double>(n * n, 0.0)};
   for (int64_t c = 0; c < f; ++c) {
     const double p = kPoints[c];
     double scale = 1;  // prod_{l != c} (p_c - p_l): Lagrange's denominator, moved into G
     for (int64_t l = 0; l < f; ++l)
       if (l != c) scale *= p - kPoints[l];
-    for (int64_t i = 0; i < m; ++i) w.AT[i * n + c] = std::pow(p, static_cast<double>(i));
-    for (int64_t j = 0; j < k; ++j) w.G[c * k + j] = std::pow(p, static_cast<double>(j)) / scale;
+    for (int64_t i = 0; i < m; ++i) tr.AT[i * n + c] = std::pow(p, static_cast<double>(i));
+    for (int64_t j = 0; j < k; ++j) tr.G[c * k + j] = std::pow(p, static_cast<double>(j)) / scale;
     const std::vector<double> row = product_without(f, c);
-    for (size_t t = 0; t < row.size(); ++t) w.BT[c * n + static_cast<int64_t>(t)] = row[t];
+    for (size_t t = 0; t < row.size(); ++t) tr.BT[c * n + static_cast<int64_t>(t)] = row[t];
   }
-  w.AT[(m - 1) * n + f] = 1;  // infinity: the leading coefficients
-  w.G[f * k + k - 1] = 1;
+  tr.AT[(m - 1) * n + f] = 1;  // infinity: the leading coefficients
+  tr.G[f * k + k - 1] = 1;
   const std::vector<double> whole = product_without(f, -1);
-  for (int64_t t = 0; t < n; ++t) w.BT[f * n + t] = whole[static_cast<size_t>(t)];
-  return w;
+  for (int64_t t = 0; t < n; ++t) tr.BT[f * n + t] = whole[static_cast<size_t>(t)];
+  return tr;
 }
 
 // n = m + K - 1 transformed positions: at most 8 in float32 and float64, 6 with
@@ -362,6 +369,8 @@ ConvOut conv1d_winograd(const ConvRows& geo, const Tensor& x, const Tensor& w, c
 ConvOut conv1d_winograd_tiled(const ConvRows& geo, const Tensor& x_in, const Tensor& w_in, const Tensor& b,
                               const ConvSettings& s, int64_t m) {
   TCN_CHECK(!x_in.device().is_cuda(), "conv1d: the Winograd path runs on the CPU only; use --conv_impl gemm or auto on CUDA");
+  TCN_CHECK(!s.bf16 || x_in.dtype() == DType::F32, "conv1d: bf16 operands are for float32 inputs (autocast), got ",
+            x_in.dtype());
   const WinogradTransforms tr = winograd_transforms(m, geo.K);
   const Tiling tl(geo, m);
   const int64_t n = tr.n, X = row_width(geo.Cin, b.defined());

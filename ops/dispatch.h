@@ -23,6 +23,8 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
 }
 
 inline void check_float(const char* op, const Tensor& t) {
+  TCN_CHECK(t.dtype() != DType::BF16, op, ": bfloat16 is a storage type in tcn (conversions, copies, bf16 GEMMs); ",
+            "convert with .to(DType::F32) first (got a bfloat16 tensor ", t.shape(), ")");
   TCN_CHECK(is_floating(t.dtype()), op, ": expected a float32 or float64 tensor, got ", t.dtype(),
             " ", t.shape());
 }

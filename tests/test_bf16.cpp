@@ -96,6 +96,9 @@ TEST_CASE("bfloat16 tensors save and load as safetensors BF16; arithmetic on the
   CHECK(c.at("b").to_vector<float>() == b.to_vector<float>());
   CHECK_ERROR(relu(b), "bfloat16 is a storage type in tcn");
   CHECK_ERROR(add(b, b), "bfloat16");
+  // conv1d's GEMM path would have written float32 results into a bfloat16 output.
+  const Tensor x = zeros({1, 5, 3}, {DType::BF16}), w = zeros({2, 3, 3}, {DType::BF16});
+  CHECK_ERROR(conv1d(x, w, Tensor(), 1, 2), "conv1d: bfloat16 is a storage type in tcn");
 }
 
 TEST_CASE("copy_ converts between dtypes on the CPU, into strided views too") {

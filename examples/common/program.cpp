@@ -90,8 +90,7 @@ Device resolve_device(const std::string& name, const char* program) {
   return d;
 }
 
-// An output path must be a regular file or not exist yet, under a directory
-// that exists (or can be made) and is writable; checked before any training.
+// --conv_impl's choices and help, shared by every program that runs convs.
 void add_conv_impl_option(CLI::App* app, std::string& conv_impl) {
   app->add_option("--conv_impl", conv_impl,
                   "conv1d: auto (on CUDA, time cuDNN's deterministic algorithms and our GEMM path per layer shape on "
@@ -102,6 +101,7 @@ void add_conv_impl_option(CLI::App* app, std::string& conv_impl) {
       ->check(CLI::IsMember({"auto", "cudnn", "gemm", "winograd"}));
 }
 
+// The process's conv1d setting from --conv_impl, keeping its other backend settings.
 void apply_conv_impl(const std::string& conv_impl, const Device& device) {
   CudaBackends b = cuda_backends();
   b.conv = parse_conv_impl(conv_impl);
@@ -110,6 +110,8 @@ void apply_conv_impl(const std::string& conv_impl, const Device& device) {
   set_cuda_backends(b);
 }
 
+// An output path must be a regular file or not exist yet, under a directory
+// that exists (or can be made) and is writable; checked before any training.
 void check_output_path(const char* flag, const std::string& path) {
   TCN_CHECK(!path.empty(), flag, ": empty path");
   struct stat sb {};
