@@ -56,4 +56,23 @@ const CudaBackends& cuda_backends();
 bool cudnn_conv_deterministic();
 void set_cuda_backends(const CudaBackends& b);
 
+// Sets the backends for a scope and puts the earlier ones back (benchmarks that
+// time each path, tests that pin one), like Autocast for the precision.
+class BackendsScope {
+ public:
+  explicit BackendsScope(const CudaBackends& b) : prev_(cuda_backends()) { set_cuda_backends(b); }
+  ~BackendsScope() { set_cuda_backends(prev_); }
+  BackendsScope(const BackendsScope&) = delete;
+  BackendsScope& operator=(const BackendsScope&) = delete;
+
+ private:
+  CudaBackends prev_;
+};
+// The current backends with conv1d's path replaced.
+inline CudaBackends with_conv(ConvImpl c) {
+  CudaBackends b = cuda_backends();
+  b.conv = c;
+  return b;
+}
+
 }  // namespace tcn

@@ -16,16 +16,7 @@ namespace tcn::test {
 // Sets the process's CUDA backends (core/backends.h) for a scope and restores
 // them. Tests that demand bit-exact repeats, or count our own kernels, pin the
 // GEMM path with it: under the default (auto) a GPU may choose cuDNN per shape.
-class Backends {
- public:
-  explicit Backends(CudaBackends b) : prev_(cuda_backends()) { set_cuda_backends(b); }
-  ~Backends() { set_cuda_backends(prev_); }
-  Backends(const Backends&) = delete;
-  Backends& operator=(const Backends&) = delete;
-
- private:
-  CudaBackends prev_;
-};
+using Backends = BackendsScope;
 
 inline CudaBackends conv_on(ConvImpl c, bool deterministic = false) {
   CudaBackends b;

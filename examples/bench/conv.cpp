@@ -100,9 +100,7 @@ void time_table(int64_t B, int64_t T, int64_t C, int64_t K, bool bf16, int reps)
     Tensor b = rand({C}, {DType::F32}, gen).requires_grad_();
     Tensor g = rand({B, T, C}, {DType::F32}, gen);
     auto step_ms = [&](ConvImpl impl) {
-      CudaBackends on;
-      on.conv = impl;
-      set_cuda_backends(on);
+      const BackendsScope on(with_conv(impl));
       const auto t0 = Clock::now();
       Tensor y;
       {

@@ -40,16 +40,13 @@ double mean_ms(int reps, const std::function<void()>& f) {
 // The time of `f` with the given backends, or -1 (printed "-") when it throws
 // (the reason goes to stderr).
 double timed(const CudaBackends& b, int reps, const std::function<void()>& f, const char* what) {
-  const CudaBackends prev = cuda_backends();
-  set_cuda_backends(b);
-  double ms = -1;
+  const BackendsScope on(b);
   try {
-    ms = mean_ms(reps, f);
+    return mean_ms(reps, f);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_cudnn: %s: %s\n", what, e.what());
+    return -1;
   }
-  set_cuda_backends(prev);
-  return ms;
 }
 
 std::string cell(double ms) {

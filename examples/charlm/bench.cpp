@@ -253,22 +253,6 @@ std::vector<ConvImpl> conv_paths(const std::string& kind, const BenchOptions& o,
   return {ConvImpl::Gemm, ConvImpl::Winograd};
 }
 
-// Sets conv1d's path for a scope (core/backends.h), and puts the earlier one back.
-class ConvPath {
- public:
-  explicit ConvPath(ConvImpl c) : prev_(cuda_backends()) {
-    CudaBackends b = prev_;
-    b.conv = c;
-    set_cuda_backends(b);
-  }
-  ~ConvPath() { set_cuda_backends(prev_); }
-  ConvPath(const ConvPath&) = delete;
-  ConvPath& operator=(const ConvPath&) = delete;
-
- private:
-  CudaBackends prev_;
-};
-
 // Every row of every model: PyTorch's first, then ours.
 std::vector<Row> time_rows(const std::vector<std::string>& kinds, const BenchOptions& o, const Device& dev) {
   const std::vector<Config> configs = our_configs(o, dev);
@@ -281,7 +265,7 @@ std::vector<Row> time_rows(const std::vector<std::string>& kinds, const BenchOpt
       for (const ConvImpl conv : conv_paths(k, o, dev)) {
         cpu::set_gemm_library(c.lib);
         const Autocast scope(c.precision);
-        const ConvPath path(conv);
+        const BackendsScope path(with_conv(conv));
         std::string impl = dev.is_cuda() ? "cuBLAS" : cpu::gemm_library_name(c.lib);
         if (k == "tcn" && !dev.is_cuda()) impl += std::string(", ") + conv_impl_name(conv);
         const std::string label = std::string(" (") + precision_name(c.precision) + ", " + impl + ")";

@@ -103,11 +103,10 @@ void add_conv_impl_option(CLI::App* app, std::string& conv_impl) {
 
 // The process's conv1d setting from --conv_impl, keeping its other backend settings.
 void apply_conv_impl(const std::string& conv_impl, const Device& device) {
-  CudaBackends b = cuda_backends();
-  b.conv = parse_conv_impl(conv_impl);
-  TCN_CHECK(!(device.is_cuda() && b.conv == ConvImpl::Winograd),
+  const ConvImpl c = parse_conv_impl(conv_impl);
+  TCN_CHECK(!(device.is_cuda() && c == ConvImpl::Winograd),
             "--conv_impl winograd runs on the CPU only; on ", device.str(), " use auto, gemm or cudnn");
-  set_cuda_backends(b);
+  set_cuda_backends(with_conv(c));
 }
 
 // An output path must be a regular file or not exist yet, under a directory
