@@ -105,23 +105,31 @@ std::vector<double> product_without(int64_t f, int64_t skip) {
 
 // The tiles of a call: `blocks` blocks of d tiles, each tile m outputs of one phase.
 struct Tiling {
-  int64_t m, n, blocks, tiles;
-  Tiling(const ConvRows& g, int64_t m) : m(m), n(m + g.K - 1), blocks((g.M + m * g.d - 1) / (m * g.d)), tiles(blocks * g.d) {}
+  int64_t m, blocks, tiles;
+  Tiling(const ConvRows& g, int64_t m) : m(m), blocks((g.M + m * g.d - 1) / (m * g.d)), tiles(blocks * g.d) {}
   int64_t first_row(int64_t tile, int64_t d) const { return (tile / d) * m * d + tile % d; }  // r0 of tile (q, p)
 };
 
-// Row rho of the padded row space as a row of x [B, L, C] (contiguous): null
-// where it is padding, or past the last sequence.
+// Row r of the padded row space as a row of a [B, L, C] tensor (contiguous) that
+// starts `shift` rows into each sequence's Lp rows: x's rows start at g.left, y's
+// and dy's at 0. Null where r falls in the padding, or past the last sequence.
 template <class T>
-T* padded_row(T* x, const ConvRows& g, int64_t rho, int64_t C) {
-  const int64_t b = rho / g.Lp, pos = rho % g.Lp - g.left;
-  return b < g.B && pos >= 0 && pos < g.L ? x + (b * g.L + pos) * C : nullptr;
+T* sequence_row(T* t, const ConvRows& g, int64_t r, int64_t shift, int64_t C) {
+  const int64_t b = r / g.Lp, pos = r % g.Lp - shift;
+  return b < g.B && pos >= 0 && pos < g.L ? t + (b * g.L + pos) * C : nullptr;
 }
-// Output row r as a row of y [B, L, C]: null where it falls in the padding.
+
+// The `count` rows of a tile, r0, r0 + d, ..., of t (as sequence_row), padding
+// rows as `zeros`: what a transform reads, with no branch left in its loops.
 template <class T>
-T* output_row(T* y, const ConvRows& g, int64_t r, int64_t C) {
-  const int64_t b = r / g.Lp, pos = r % g.Lp;
-  return b < g.B && pos < g.L ? y + (b * g.L + pos) * C : nullptr;
+std::array<const T*, kMaxN> tile_rows(const T* t, const ConvRows& g, int64_t r0, int64_t count, int64_t shift,
+                                      int64_t C, const std::vector<T>& zeros) {
+  std::array<const T*, kMaxN> rows{};
+  for (int64_t i = 0; i < count; ++i) {
+    const T* row = sequence_row(t, g, r0 + i * g.d, shift, C);
+    rows[i] = row ? row : zeros.data();
+  }
+  return rows;
 }
 
 // A matrix of doubles as T, for the loops.
@@ -139,12 +147,7 @@ void input_transform(const WinogradTransforms& tr, const ConvRows& g, const Tili
   const std::vector<T> bt = as<T>(tr.BT), zeros(static_cast<size_t>(C), T(0));
 #pragma omp parallel for schedule(static) if (tl.tiles * X >= (1 << 14))
   for (int64_t tile = 0; tile < tl.tiles; ++tile) {
-    const int64_t r0 = tl.first_row(tile, g.d);
-    std::array<const T*, kMaxN> in;
-    for (int64_t t = 0; t < n; ++t) {
-      const T* row = padded_row(x, g, r0 + t * g.d, C);
-      in[t] = row ? row : zeros.data();
-    }
+    const std::array<const T*, kMaxN> in = tile_rows(x, g, tl.first_row(tile, g.d), n, g.left, C, zeros);
     for (int64_t xi = 0; xi < n; ++xi) {
       const T* bt_row = &bt[xi * n];
       S* out = V + (xi * tl.tiles + tile) * X;
@@ -184,7 +187,7 @@ void output_transform(const WinogradTransforms& tr, const ConvRows& g, const Til
   for (int64_t tile = 0; tile < tl.tiles; ++tile) {
     const int64_t r0 = tl.first_row(tile, g.d);
     for (int64_t i = 0; i < tr.m; ++i) {
-      T* out = output_row(y, g, r0 + i * g.d, C);
+      T* out = sequence_row(y, g, r0 + i * g.d, 0, C);
       if (!out) continue;
       const T* at_row = &at[i * n];
 #pragma omp simd
@@ -205,12 +208,7 @@ void output_transform_backward(const WinogradTransforms& tr, const ConvRows& g, 
   const std::vector<T> at = as<T>(tr.AT), zeros(static_cast<size_t>(C), T(0));
 #pragma omp parallel for schedule(static) if (tl.tiles * C >= (1 << 14))
   for (int64_t tile = 0; tile < tl.tiles; ++tile) {
-    const int64_t r0 = tl.first_row(tile, g.d);
-    std::array<const T*, kMaxN> in;
-    for (int64_t i = 0; i < tr.m; ++i) {
-      const T* row = output_row(dy, g, r0 + i * g.d, C);
-      in[i] = row ? row : zeros.data();
-    }
+    const std::array<const T*, kMaxN> in = tile_rows(dy, g, tl.first_row(tile, g.d), tr.m, 0, C, zeros);
     for (int64_t xi = 0; xi < n; ++xi) {
       S* out = D + (xi * tl.tiles + tile) * C;
 #pragma omp simd
@@ -237,7 +235,7 @@ void input_transform_backward(const WinogradTransforms& tr, const ConvRows& g, c
   for (int64_t tile = 0; tile < blocks * g.d; ++tile) {  // tiles past tl.tiles only gather
     const int64_t q = tile / g.d, p = tile % g.d;
     for (int64_t t = 0; t < m; ++t) {
-      T* out = padded_row(dx, g, q * m * g.d + p + t * g.d, C);
+      T* out = sequence_row(dx, g, q * m * g.d + p + t * g.d, g.left, C);
       if (!out) continue;
       for (int64_t c = 0; c < C; ++c) out[c] = 0;
       for (int64_t s = 0; t + s * m < n && s <= q; ++s) {
@@ -362,8 +360,9 @@ bool winograd_pays(const ConvRows& geo, bool bf16) {
 }
 
 ConvOut conv1d_winograd(const ConvRows& geo, const Tensor& x, const Tensor& w, const Tensor& b, const ConvSettings& s) {
-  const int64_t m = winograd_tile(geo.K, s.bf16);
-  return m > 0 ? conv1d_winograd_tiled(geo, x, w, b, s, m) : conv1d_gemm(geo, x, w, b, s);
+  const int64_t m = winograd_tile(geo.K, s.bf16);  // conv1d_impl sends here only kernels with a tile
+  TCN_CHECK(m > 0, "conv1d: the Winograd path has no tile for kernel size ", geo.K, s.bf16 ? " with bf16 operands" : "");
+  return conv1d_winograd_tiled(geo, x, w, b, s, m);
 }
 
 ConvOut conv1d_winograd_tiled(const ConvRows& geo, const Tensor& x_in, const Tensor& w_in, const Tensor& b,
